@@ -1,0 +1,90 @@
+/* batch.c: see batch.h. */
+#include "batch.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void batch_init(batch *b, int32_t cap_items)
+{
+    *b = (batch){0};
+    b->cap_items = cap_items > 0 ? cap_items : 1;
+    b->items = xcalloc((size_t)b->cap_items, sizeof *b->items);
+}
+
+void batch_free(batch *b)
+{
+    free(b->items);
+    free(b->swap_out);
+    free(b->swap_in);
+    *b = (batch){0};
+}
+
+void batch_clear(batch *b)
+{
+    b->num_items = 0;
+    b->num_tokens = b->num_prefill_tokens = b->num_decode_tokens = 0;
+    b->num_emitting = b->num_preempted = 0;
+    b->num_swap_out = b->num_swap_in = 0;
+}
+
+sched_item *batch_add(batch *b, request *r, int32_t num_tokens)
+{
+    assert(num_tokens > 0);
+    assert(r->num_computed_tokens + num_tokens <= request_num_tokens(r));
+    if (b->num_items == b->cap_items) {
+        size_t cap = (size_t)b->cap_items;
+        grow_array((void **)&b->items, sizeof *b->items, &cap, cap + 1);
+        b->cap_items = (int32_t)cap;
+    }
+    sched_item *it = &b->items[b->num_items++];
+    it->req = r;
+    it->num_tokens = num_tokens;
+    it->context_tokens = r->num_computed_tokens;
+    it->emits_token = r->num_computed_tokens + num_tokens == request_num_tokens(r);
+    it->is_decode = num_tokens == 1 && it->emits_token && r->num_output_tokens > 0 &&
+                    r->num_computed_tokens >= r->prompt_tokens;
+    b->num_tokens += num_tokens;
+    if (it->is_decode) b->num_decode_tokens += num_tokens;
+    else b->num_prefill_tokens += num_tokens;
+    b->num_emitting += it->emits_token;
+    return it;
+}
+
+int32_t batch_remove(batch *b, const request *r)
+{
+    for (int32_t i = 0; i < b->num_items; i++) {
+        if (b->items[i].req != r) continue;
+        sched_item it = b->items[i];
+        memmove(&b->items[i], &b->items[i + 1], (size_t)(b->num_items - i - 1) * sizeof *b->items);
+        b->num_items--;
+        b->num_tokens -= it.num_tokens;
+        if (it.is_decode) b->num_decode_tokens -= it.num_tokens;
+        else b->num_prefill_tokens -= it.num_tokens;
+        b->num_emitting -= it.emits_token;
+        return it.num_tokens;
+    }
+    return 0;
+}
+
+static void push_swap(kv_swap **arr, int32_t *n, int32_t *cap, int32_t gpu, int32_t host)
+{
+    if (*n == *cap) {
+        size_t c = (size_t)*cap;
+        grow_array((void **)arr, sizeof **arr, &c, c + 1);
+        *cap = (int32_t)c;
+    }
+    (*arr)[(*n)++] = (kv_swap){gpu, host};
+}
+
+void batch_add_swap_out(batch *b, int32_t gpu_block, int32_t host_block)
+{
+    push_swap(&b->swap_out, &b->num_swap_out, &b->cap_swap_out, gpu_block, host_block);
+}
+
+void batch_add_swap_in(batch *b, int32_t gpu_block, int32_t host_block)
+{
+    push_swap(&b->swap_in, &b->num_swap_in, &b->cap_swap_in, gpu_block, host_block);
+}

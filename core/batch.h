@@ -1,0 +1,67 @@
+/*
+ * batch.h: what runs in one model step. This is the data that crosses the seam between the
+ * scheduling core (policy + block manager) and an executor (cost model or GPU): the policy fills
+ * a batch, the executor runs it and says how long it took.
+ *
+ * Each item is one request with the number of tokens it computes this step. The item's tokens
+ * are positions [context_tokens, context_tokens + num_tokens) of the request's sequence; their KV
+ * goes into the request's block table, which the policy has already grown to cover them. A chunk
+ * that reaches the end of the sequence samples one new token (emits_token).
+ *
+ * Swap operations (preemption by swapping) are block copies the executor performs before the
+ * forward pass: GPU -> host for swap_out, host -> GPU for swap_in.
+ *
+ * The batch's arrays are allocated once (batch_init) and reused every step.
+ */
+#ifndef TANDEM_BATCH_H
+#define TANDEM_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "request.h"
+
+typedef struct sched_item {
+    request *req;
+    int32_t num_tokens;     /* tokens computed this step (>= 1) */
+    int32_t context_tokens; /* tokens already in the KV cache before this step */
+    bool emits_token;       /* context + num_tokens reaches the end of the sequence */
+    bool is_decode;         /* a single-token step of a request past its prompt */
+} sched_item;
+
+typedef struct kv_swap {
+    int32_t gpu_block;
+    int32_t host_block;
+} kv_swap;
+
+typedef struct batch {
+    sched_item *items; /* (num_items) in the order the policy scheduled them */
+    int32_t num_items;
+    int32_t cap_items;
+    int64_t num_tokens;         /* sum of items' num_tokens */
+    int64_t num_prefill_tokens; /* tokens of non-decode items */
+    int64_t num_decode_tokens;
+    int32_t num_emitting;       /* items that sample a token */
+    int32_t num_preempted;      /* requests preempted while forming this batch */
+    kv_swap *swap_out;          /* (num_swap_out) */
+    kv_swap *swap_in;           /* (num_swap_in) */
+    int32_t num_swap_out, num_swap_in;
+    int32_t cap_swap_out, cap_swap_in;
+} batch;
+
+void batch_init(batch *b, int32_t cap_items);
+void batch_free(batch *b);
+void batch_clear(batch *b);
+
+/* Appends `num_tokens` tokens of r, starting at r->num_computed_tokens. The caller has checked
+ * the budgets and allocated the KV slots. Returns the new item. */
+sched_item *batch_add(batch *b, request *r, int32_t num_tokens);
+
+/* Removes r's item (used when a request scheduled earlier in this step is preempted). Returns
+ * the number of tokens it had, 0 if r was not in the batch. Keeps the other items in order. */
+int32_t batch_remove(batch *b, const request *r);
+
+void batch_add_swap_out(batch *b, int32_t gpu_block, int32_t host_block);
+void batch_add_swap_in(batch *b, int32_t gpu_block, int32_t host_block);
+
+#endif

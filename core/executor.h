@@ -1,0 +1,38 @@
+/*
+ * executor.h: the one seam between simulated and real execution.
+ *
+ * The serving loop hands an executor a batch (batch.h) and gets back how long the step took.
+ * The simulator's executor asks a cost model (sim/); the real engine's executor runs the batch on
+ * the GPU (or the CPU reference) and measures it. Nothing in core/ or policies/ knows which one
+ * runs.
+ */
+#ifndef TANDEM_EXECUTOR_H
+#define TANDEM_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "batch.h"
+#include "util.h"
+
+typedef struct step_result {
+    int64_t duration_ns;    /* wall (or predicted) time of the whole step, swaps included */
+    const int32_t *sampled; /* (batch->num_items) token sampled by each emitting item, or NULL
+                               when the executor produces no real tokens (the simulator) */
+} step_result;
+
+typedef struct executor_ops {
+    const char *name;
+    /* Runs b; fills out. Returns 0, or -1 with e set (a real engine can fail). */
+    int (*execute)(void *self, const batch *b, step_result *out, terr *e);
+    /* Called when a request leaves the system (finished, rejected), so an engine can drop
+     * per-request state. May be NULL. */
+    void (*release)(void *self, const request *r);
+    void (*destroy)(void *self);
+} executor_ops;
+
+typedef struct executor {
+    const executor_ops *ops;
+    void *self;
+} executor;
+
+#endif

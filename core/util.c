@@ -1,0 +1,106 @@
+/* util.c: see util.h. */
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int terr_set(terr *e, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void oom(size_t n, const char *file, int line)
+{
+    fprintf(stderr, "%s:%d: out of memory allocating %zu bytes\n", file, line, n);
+    abort();
+}
+
+void *tandem_xmalloc(size_t n, const char *file, int line)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n, file, line);
+    return p;
+}
+
+void *tandem_xcalloc(size_t n, size_t sz, const char *file, int line)
+{
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) oom(n * sz, file, line);
+    return p;
+}
+
+void *tandem_xrealloc(void *p, size_t n, const char *file, int line)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n, file, line);
+    return q;
+}
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+void grow_array(void **p, size_t elem_size, size_t *cap, size_t need)
+{
+    if (need <= *cap) return;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    *p = xrealloc(*p, c * elem_size);
+    *cap = c;
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int parse_f64(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* testutil.c: see testutil.h. */
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+cli_result run_cliv(char *const argv[])
+{
+    cli_result r = {0};
+    char out_path[] = "/tmp/tandem-test-out-XXXXXX", err_path[] = "/tmp/tandem-test-err-XXXXXX";
+    int fo = mkstemp(out_path), fe = mkstemp(err_path);
+    ck_assert_msg(fo >= 0 && fe >= 0, "cannot create temp files for CLI output");
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    pid_t pid = fork();
+    ck_assert_msg(pid >= 0, "fork failed");
+    if (pid == 0) {
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(bin, argv);
+        fprintf(stderr, "cannot exec %s\n", bin);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    close(fo);
+    close(fe);
+    r.out = slurp(out_path, NULL);
+    r.err = slurp(err_path, NULL);
+    unlink(out_path);
+    unlink(err_path);
+    return r;
+}
+
+cli_result run_cli(const char *arg0, ...)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = "tandem";
+    va_list ap;
+    va_start(ap, arg0);
+    for (const char *a = arg0; a && n < 63; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    return run_cliv(argv);
+}
+
+void cli_result_free(cli_result *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+char *make_temp_dir(const char *tag)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *path = malloc(4096);
+    snprintf(path, 4096, "%s/tandem-%s-XXXXXX", base, tag);
+    ck_assert_msg(mkdtemp(path) != NULL, "mkdtemp %s failed", path);
+    return path;
+}
+
+char *write_temp_file(const char *dir, const char *name, const char *text)
+{
+    char *path = malloc(4096);
+    snprintf(path, 4096, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+int run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed;
+}

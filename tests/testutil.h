@@ -1,0 +1,36 @@
+/*
+ * testutil.h: small helpers shared by the test programs (Check suites).
+ *
+ * Tests run from the repository root. run_cli() runs build/tandem (or $TANDEM_BIN) with
+ * arguments and captures its exit code, stdout and stderr, so CLI behaviour (messages, exit
+ * code 2 on bad input) is tested as a user sees it.
+ */
+#ifndef TANDEM_TESTUTIL_H
+#define TANDEM_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+
+typedef struct cli_result {
+    int exit_code;  /* the process's exit status, or 128 + signal */
+    char *out;      /* captured stdout (NUL-terminated) */
+    char *err;      /* captured stderr */
+} cli_result;
+
+/* Runs the tandem binary with a NULL-terminated argument list. */
+cli_result run_cli(const char *arg0, ...);
+cli_result run_cliv(char *const argv[]);
+void cli_result_free(cli_result *r);
+
+/* Makes a fresh temporary directory (under $TMPDIR or /tmp); returns its path (static buffer
+ * per call is not used: caller frees). */
+char *make_temp_dir(const char *tag);
+/* Writes `text` to dir/name; returns the malloc'd full path. */
+char *write_temp_file(const char *dir, const char *name, const char *text);
+/* Reads a whole file; NULL if it cannot. *len gets the size when len is not NULL. */
+char *slurp(const char *path, size_t *len);
+
+/* Runs a Check suite with forking on and returns the number of failures. */
+int run_suite(Suite *s);
+
+#endif
