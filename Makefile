@@ -130,4 +130,7 @@ bench: $(BUILD)/tandem
 clean:
 	rm -rf $(BUILD)
 
+# Parts with targets of their own (engine/engine.mk: test-gpu, bench-gpu; ...) add them here.
+include $(sort $(wildcard */*.mk))
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
