@@ -46,6 +46,8 @@ CHK_OBJS := $(LIB_SRCS:%.c=$(BUILD)/chk/%.o) $(BUILD)/chk/gen/embedded_configs.o
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps demo test test-gpu bench bench-gpu clean plots
+# Objects reached through pattern rules are not intermediates to delete: keep them.
+.SECONDARY:
 all: $(BUILD)/tandem
 
 # ---- dependencies -----------------------------------------------------------------------------

@@ -58,6 +58,8 @@ void request_reset(request *r)
     uint64_t *hashes = r->prefix_hashes;
     int32_t hashes_cap = r->prefix_hashes_cap;
     kv_block_table blocks = r->blocks, host = r->host_blocks;
+    uint64_t *bh = r->block_hashes;
+    int32_t bh_cap = r->block_hashes_cap;
     int32_t *out = r->output_ids;
     int32_t out_cap = r->output_cap;
     *r = (request){0};
@@ -67,6 +69,8 @@ void request_reset(request *r)
     r->host_blocks = (kv_block_table){.ids = host.ids, .cap = host.cap};
     r->output_ids = out;
     r->output_cap = out_cap;
+    r->block_hashes = bh;
+    r->block_hashes_cap = bh_cap;
     r->num_cached_tokens = -1;
     r->first_scheduled_ns = r->first_token_ns = r->last_token_ns = r->finish_ns = -1;
     r->heap_index = -1;
@@ -78,6 +82,8 @@ void request_free_buffers(request *r)
     free(r->blocks.ids);
     free(r->host_blocks.ids);
     free(r->output_ids);
+    free(r->block_hashes);
+    r->block_hashes = NULL;
     r->prefix_hashes = NULL;
     r->blocks.ids = r->host_blocks.ids = NULL;
     r->output_ids = NULL;

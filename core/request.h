@@ -75,6 +75,10 @@ typedef struct request {
     int32_t num_preemptions;
     kv_block_table blocks;       /* GPU KV blocks */
     kv_block_table host_blocks;  /* host swap blocks while SWAPPED */
+    uint64_t *block_hashes;      /* (num_hashed_blocks) prefix caching: chained hash of each
+                                    leading full block, computed once (memo) */
+    int32_t num_hashed_blocks;
+    int32_t block_hashes_cap;
 
     /* ---- timestamps (ns; -1 until the event happens) ---- */
     int64_t first_scheduled_ns;

@@ -101,3 +101,55 @@ int run_suite(Suite *s)
     srunner_free(sr);
     return failed;
 }
+
+/* ---- fixtures ---- */
+#include "core/serve.h"
+
+static int array_next(void *self, arrival *out, terr *e)
+{
+    (void)e;
+    array_source *s = self;
+    if (s->pos >= s->n) return 0;
+    *out = s->items[s->pos++];
+    return 1;
+}
+
+arrival_source array_source_make(array_source *s, const arrival *items, int n)
+{
+    *s = (array_source){items, n, 0};
+    return (arrival_source){array_next, s};
+}
+
+static int linear_execute(void *self, const batch *b, step_result *out, terr *e)
+{
+    (void)e;
+    linear_exec *x = self;
+    out->duration_ns = x->base_ns + x->per_token_ns * b->num_tokens;
+    out->sampled = NULL;
+    return 0;
+}
+
+static const executor_ops linear_ops = {.name = "linear", .execute = linear_execute};
+
+executor linear_exec_make(linear_exec *x) { return (executor){&linear_ops, x}; }
+
+static void log_step(void *ud, int64_t step, const batch *b, int64_t start_ns, int64_t dur_ns)
+{
+    (void)step, (void)start_ns, (void)dur_ns;
+    step_log *log = ud;
+    if (log->n >= 256) return;
+    char *line = log->lines[log->n++];
+    size_t k = 0;
+    line[0] = 0;
+    for (int i = 0; i < b->num_items && k < 200; i++)
+        k += (size_t)snprintf(line + k, 256 - k, "%s%lld:%d", i ? " " : "",
+                              (long long)b->items[i].req->id, b->items[i].num_tokens);
+    for (int i = 0; i < b->num_preempted && k < 250; i++) k += (size_t)snprintf(line + k, 256 - k, " P");
+}
+
+void step_log_hook(struct serve_hooks *h, step_log *log)
+{
+    log->n = 0;
+    h->on_step = log_step;
+    h->ud = log;
+}

@@ -34,3 +34,30 @@ char *slurp(const char *path, size_t *len);
 int run_suite(Suite *s);
 
 #endif
+
+/* ---- fixtures for scheduling tests ---- */
+#include "core/arrival.h"
+#include "core/executor.h"
+
+/* An arrival source over a fixed array (no trace file). */
+typedef struct array_source {
+    const arrival *items;
+    int n, pos;
+} array_source;
+arrival_source array_source_make(array_source *s, const arrival *items, int n);
+
+/* An executor whose step costs base_ns + per_token_ns x tokens: durations are easy to compute
+ * by hand. */
+typedef struct linear_exec {
+    int64_t base_ns, per_token_ns;
+} linear_exec;
+executor linear_exec_make(linear_exec *x);
+
+/* Records each step's batch as text "id:tokens id:tokens ..." (ids in batch order), with a
+ * trailing " P" per preemption in the step. */
+typedef struct step_log {
+    char lines[256][256];
+    int n;
+} step_log;
+struct serve_hooks;
+void step_log_hook(struct serve_hooks *h, step_log *log);

@@ -1,0 +1,461 @@
+/*
+ * metrics.c: see metrics.h.
+ *
+ * CSV rows are formatted by hand from integer nanoseconds (fixed point: seconds with 6
+ * decimals, milliseconds with 3), which is exact, locale-free and several times faster than
+ * printf: a million-request replay writes millions of rows.
+ */
+#include "metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats.h"
+
+/* ---- a small buffered writer ---- */
+
+typedef struct obuf {
+    FILE *f;
+    char buf[1 << 16];
+    size_t n;
+} obuf;
+
+static void ob_flush(obuf *o)
+{
+    if (o->f && o->n) fwrite(o->buf, 1, o->n, o->f);
+    o->n = 0;
+}
+
+static void ob_reserve(obuf *o, size_t k)
+{
+    if (o->n + k > sizeof o->buf) ob_flush(o);
+}
+
+static void ob_str(obuf *o, const char *s)
+{
+    size_t k = strlen(s);
+    ob_reserve(o, k);
+    memcpy(o->buf + o->n, s, k);
+    o->n += k;
+}
+
+static void ob_char(obuf *o, char c)
+{
+    ob_reserve(o, 1);
+    o->buf[o->n++] = c;
+}
+
+static void ob_i64(obuf *o, int64_t v)
+{
+    char tmp[24];
+    int k = 0;
+    uint64_t u = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
+    do tmp[k++] = (char)('0' + u % 10);
+    while (u /= 10);
+    ob_reserve(o, (size_t)k + 1);
+    if (v < 0) o->buf[o->n++] = '-';
+    while (k) o->buf[o->n++] = tmp[--k];
+}
+
+/* Writes v / 10^decimals with exactly `decimals` digits after the point. */
+static void ob_fixed(obuf *o, int64_t v, int decimals)
+{
+    int64_t p = 1;
+    for (int i = 0; i < decimals; i++) p *= 10;
+    if (v < 0) {
+        ob_char(o, '-');
+        v = -v;
+    }
+    ob_i64(o, v / p);
+    ob_char(o, '.');
+    int64_t frac = v % p;
+    char tmp[20];
+    for (int i = decimals - 1; i >= 0; i--) {
+        tmp[i] = (char)('0' + frac % 10);
+        frac /= 10;
+    }
+    ob_reserve(o, (size_t)decimals);
+    memcpy(o->buf + o->n, tmp, (size_t)decimals);
+    o->n += (size_t)decimals;
+}
+
+/* ns -> microseconds, rounded half away from zero. */
+static int64_t ns_to_us(double ns) { return (int64_t)llround(ns / 1000.0); }
+
+/* Time in seconds (6 decimals) and durations in ms (3 decimals) share the microsecond grid. */
+static void ob_seconds(obuf *o, int64_t ns) { ob_fixed(o, ns_to_us((double)ns), 6); }
+static void ob_ms(obuf *o, double ns) { ob_fixed(o, ns_to_us(ns), 3); }
+
+/* ---- the metrics object ---- */
+
+struct metrics {
+    metrics_options opt;
+    obuf *req_out, *step_out;
+    char summary_path[4096];
+    wsamples ttft, tpot, itl, e2el, queue; /* ms */
+    int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
+    size_t n_step_itl, cap_step_itl;
+    metrics_summary s;
+    int64_t first_arrival_ns, last_end_ns;
+    int64_t admitted_prompt_tokens, cached_prompt_tokens;
+    double batch_size_sum, kv_usage_time_sum, busy_ns;
+};
+
+static obuf *open_csv(const char *dir, const char *name, const char *header, terr *e)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        terr_set(e, "%s: cannot create: %s", path, strerror(errno));
+        return NULL;
+    }
+    obuf *o = xcalloc(1, sizeof *o);
+    o->f = f;
+    ob_str(o, header);
+    return o;
+}
+
+int metrics_open(metrics **out, const metrics_options *opt, terr *e)
+{
+    metrics *m = xcalloc(1, sizeof *m);
+    m->opt = *opt;
+    m->first_arrival_ns = INT64_MAX;
+    m->last_end_ns = INT64_MIN;
+    if (opt->out_dir) {
+        if (mkdir_p(opt->out_dir)) {
+            terr_set(e, "--out %s: cannot create directory: %s", opt->out_dir, strerror(errno));
+            free(m);
+            return -1;
+        }
+        m->req_out = open_csv(opt->out_dir, "requests.csv",
+                              "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,"
+                              "output_tokens,preemptions,ttft_ms,tpot_ms,e2el_ms,queue_ms,state,"
+                              "reject_reason,priority,client,cached_tokens\n",
+                              e);
+        if (!m->req_out) goto fail;
+        if (opt->write_steps) {
+            m->step_out = open_csv(opt->out_dir, "steps.csv",
+                                   "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
+                                   "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
+                                   "num_preemptions,swap_blocks\n",
+                                   e);
+            if (!m->step_out) goto fail;
+        }
+        snprintf(m->summary_path, sizeof m->summary_path, "%s/summary.json", opt->out_dir);
+    }
+    *out = m;
+    return 0;
+fail:
+    metrics_free(m);
+    return -1;
+}
+
+void metrics_request_done(metrics *m, const request *r)
+{
+    metrics_summary *s = &m->s;
+    s->num_requests++;
+    int64_t end = r->state == REQ_FINISHED ? r->finish_ns : r->arrival_ns;
+    if (r->state == REQ_REJECTED && r->finish_ns >= 0) end = r->finish_ns;
+    if (r->arrival_ns < m->first_arrival_ns) m->first_arrival_ns = r->arrival_ns;
+    if (end > m->last_end_ns) m->last_end_ns = end;
+    if (r->num_cached_tokens >= 0) {
+        m->admitted_prompt_tokens += r->prompt_tokens;
+        m->cached_prompt_tokens += r->num_cached_tokens;
+    }
+
+    bool done = r->state == REQ_FINISHED;
+    double ttft = 0, tpot = 0, e2el = 0, queue = 0;
+    if (done) {
+        s->completed++;
+        s->total_input_tokens += r->prompt_tokens;
+        s->total_output_tokens += r->num_output_tokens;
+        ttft = (double)(r->first_token_ns - r->arrival_ns);
+        e2el = (double)(r->finish_ns - r->arrival_ns);
+        queue = (double)(r->first_scheduled_ns - r->arrival_ns);
+        ws_add(&m->ttft, ttft / 1e6, 1);
+        ws_add(&m->e2el, e2el / 1e6, 1);
+        ws_add(&m->queue, queue / 1e6, 1);
+        if (r->num_output_tokens > 1) {
+            tpot = (e2el - ttft) / (r->num_output_tokens - 1);
+            ws_add(&m->tpot, tpot / 1e6, 1);
+        }
+        /* vLLM counts a single-token request's TPOT as 0 when judging goodput */
+        bool good = (m->opt.goodput_ttft_ms <= 0 || ttft / 1e6 <= m->opt.goodput_ttft_ms) &&
+                    (m->opt.goodput_tpot_ms <= 0 || tpot / 1e6 <= m->opt.goodput_tpot_ms) &&
+                    (m->opt.goodput_e2el_ms <= 0 || e2el / 1e6 <= m->opt.goodput_e2el_ms);
+        s->num_good += good;
+    } else {
+        s->num_rejected++;
+        s->rejected_by_reason[r->reject_reason]++;
+    }
+    s->num_preemptions += r->num_preemptions;
+
+    obuf *o = m->req_out;
+    if (!o) return;
+    ob_i64(o, r->id);
+    ob_char(o, ',');
+    ob_seconds(o, r->arrival_ns);
+    ob_char(o, ',');
+    if (r->first_scheduled_ns >= 0) ob_seconds(o, r->first_scheduled_ns);
+    ob_char(o, ',');
+    if (r->first_token_ns >= 0) ob_seconds(o, r->first_token_ns);
+    ob_char(o, ',');
+    if (done) ob_seconds(o, r->finish_ns);
+    ob_char(o, ',');
+    ob_i64(o, r->prompt_tokens);
+    ob_char(o, ',');
+    ob_i64(o, r->num_output_tokens);
+    ob_char(o, ',');
+    ob_i64(o, r->num_preemptions);
+    ob_char(o, ',');
+    if (done) ob_ms(o, ttft);
+    ob_char(o, ',');
+    if (done && r->num_output_tokens > 1) ob_ms(o, tpot);
+    ob_char(o, ',');
+    if (done) ob_ms(o, e2el);
+    ob_char(o, ',');
+    if (done) ob_ms(o, queue);
+    ob_char(o, ',');
+    ob_str(o, req_state_name(r->state));
+    ob_char(o, ',');
+    ob_str(o, reject_reason_name(r->reject_reason));
+    ob_char(o, ',');
+    ob_i64(o, r->priority);
+    ob_char(o, ',');
+    ob_i64(o, r->client_id);
+    ob_char(o, ',');
+    ob_i64(o, r->num_cached_tokens > 0 ? r->num_cached_tokens : 0);
+    ob_char(o, '\n');
+}
+
+void metrics_itl(metrics *m, int64_t gap_ns)
+{
+    grow_array((void **)&m->step_itl, sizeof *m->step_itl, &m->cap_step_itl, m->n_step_itl + 1);
+    m->step_itl[m->n_step_itl++] = gap_ns;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void metrics_step(metrics *m, const step_stats *st)
+{
+    /* the step's gaps, run-length encoded: most decoding requests share one gap */
+    if (m->n_step_itl) {
+        qsort(m->step_itl, m->n_step_itl, sizeof *m->step_itl, cmp_i64);
+        for (size_t i = 0, j; i < m->n_step_itl; i = j) {
+            for (j = i; j < m->n_step_itl && m->step_itl[j] == m->step_itl[i]; j++) {
+            }
+            ws_add(&m->itl, (double)m->step_itl[i] / 1e6, j - i);
+        }
+        m->n_step_itl = 0;
+    }
+    metrics_summary *s = &m->s;
+    s->num_steps++;
+    m->busy_ns += (double)st->duration_ns;
+    m->batch_size_sum += st->batch_size;
+    double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+    if (usage > s->peak_kv_usage) s->peak_kv_usage = usage;
+    m->kv_usage_time_sum += usage * (double)st->duration_ns;
+
+    obuf *o = m->step_out;
+    if (!o) return;
+    ob_i64(o, st->step);
+    ob_char(o, ',');
+    ob_seconds(o, st->start_ns);
+    ob_char(o, ',');
+    ob_ms(o, (double)st->duration_ns);
+    ob_char(o, ',');
+    ob_i64(o, st->num_running);
+    ob_char(o, ',');
+    ob_i64(o, st->num_waiting);
+    ob_char(o, ',');
+    ob_i64(o, st->batch_size);
+    ob_char(o, ',');
+    ob_i64(o, st->prefill_tokens);
+    ob_char(o, ',');
+    ob_i64(o, st->decode_tokens);
+    ob_char(o, ',');
+    ob_i64(o, st->kv_blocks_used);
+    ob_char(o, ',');
+    ob_fixed(o, st->kv_blocks_total ? (int64_t)st->kv_blocks_used * 10000 / st->kv_blocks_total : 0, 4);
+    ob_char(o, ',');
+    ob_i64(o, st->num_preemptions);
+    ob_char(o, ',');
+    ob_i64(o, st->num_swap_blocks);
+    ob_char(o, '\n');
+}
+
+void metrics_add_bad_rows(metrics *m, int64_t n) { m->s.num_bad_rows += n; }
+
+static latency_stats lat(wsamples *w)
+{
+    return (latency_stats){
+        .mean = ws_mean(w),
+        .median = ws_percentile(w, 50),
+        .std = ws_std(w),
+        .p90 = ws_percentile(w, 90),
+        .p95 = ws_percentile(w, 95),
+        .p99 = ws_percentile(w, 99),
+    };
+}
+
+static void put_lat(json_t *o, const char *name, const latency_stats *l)
+{
+    char k[64];
+    static const char *stat[] = {"mean", "median", "std", "p90", "p95", "p99"};
+    const double v[] = {l->mean, l->median, l->std, l->p90, l->p95, l->p99};
+    for (size_t i = 0; i < ARRAY_LEN(stat); i++) {
+        snprintf(k, sizeof k, "%s_%s_ms", stat[i], name);
+        json_object_set_new(o, k, json_real(v[i]));
+    }
+}
+
+json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *opt)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "num_prompts", json_integer(s->num_requests));
+    json_object_set_new(o, "completed", json_integer(s->completed));
+    json_object_set_new(o, "failed", json_integer(s->num_rejected));
+    json_object_set_new(o, "num_rejected", json_integer(s->num_rejected));
+    json_t *why = json_object();
+    for (int r = 1; r < REJECT_NUM_REASONS; r++)
+        json_object_set_new(why, reject_reason_name((reject_reason)r), json_integer(s->rejected_by_reason[r]));
+    json_object_set_new(o, "rejected_by_reason", why);
+    json_object_set_new(o, "num_bad_rows_skipped", json_integer(s->num_bad_rows));
+    json_object_set_new(o, "duration", json_real(s->duration_s));
+    json_object_set_new(o, "total_input_tokens", json_integer(s->total_input_tokens));
+    json_object_set_new(o, "total_output_tokens", json_integer(s->total_output_tokens));
+    json_object_set_new(o, "request_throughput", json_real(s->request_throughput));
+    bool slo = opt && (opt->goodput_ttft_ms > 0 || opt->goodput_tpot_ms > 0 || opt->goodput_e2el_ms > 0);
+    json_object_set_new(o, "request_goodput", slo ? json_real(s->request_goodput) : json_null());
+    if (slo) {
+        json_t *g = json_object();
+        if (opt->goodput_ttft_ms > 0) json_object_set_new(g, "ttft_ms", json_real(opt->goodput_ttft_ms));
+        if (opt->goodput_tpot_ms > 0) json_object_set_new(g, "tpot_ms", json_real(opt->goodput_tpot_ms));
+        if (opt->goodput_e2el_ms > 0) json_object_set_new(g, "e2el_ms", json_real(opt->goodput_e2el_ms));
+        json_object_set_new(o, "goodput", g);
+    }
+    json_object_set_new(o, "output_throughput", json_real(s->output_throughput));
+    json_object_set_new(o, "total_token_throughput", json_real(s->total_token_throughput));
+    put_lat(o, "ttft", &s->ttft);
+    put_lat(o, "tpot", &s->tpot);
+    put_lat(o, "itl", &s->itl);
+    put_lat(o, "e2el", &s->e2el);
+    put_lat(o, "queue", &s->queue);
+    json_object_set_new(o, "num_preemptions", json_integer(s->num_preemptions));
+    json_object_set_new(o, "num_steps", json_integer(s->num_steps));
+    json_object_set_new(o, "busy_time", json_real(s->busy_s));
+    json_object_set_new(o, "busy_fraction", json_real(s->busy_fraction));
+    json_object_set_new(o, "peak_kv_usage", json_real(s->peak_kv_usage));
+    json_object_set_new(o, "mean_kv_usage", json_real(s->mean_kv_usage));
+    json_object_set_new(o, "mean_batch_size", json_real(s->mean_batch_size));
+    json_object_set_new(o, "prefix_cache_hit_rate", json_real(s->prefix_cache_hit_rate));
+    return o;
+}
+
+int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
+{
+    metrics_summary *s = &m->s;
+    s->duration_s = s->num_requests ? (double)(m->last_end_ns - m->first_arrival_ns) / 1e9 : 0;
+    double d = s->duration_s;
+    s->request_throughput = d > 0 ? s->completed / d : 0;
+    s->request_goodput = d > 0 ? s->num_good / d : 0;
+    s->output_throughput = d > 0 ? s->total_output_tokens / d : 0;
+    s->total_token_throughput = d > 0 ? (s->total_input_tokens + s->total_output_tokens) / d : 0;
+    s->ttft = lat(&m->ttft);
+    s->tpot = lat(&m->tpot);
+    s->itl = lat(&m->itl);
+    s->e2el = lat(&m->e2el);
+    s->queue = lat(&m->queue);
+    s->busy_s = m->busy_ns / 1e9;
+    s->busy_fraction = d > 0 ? s->busy_s / d : 0;
+    s->mean_kv_usage = m->busy_ns > 0 ? m->kv_usage_time_sum / m->busy_ns : 0;
+    s->mean_batch_size = s->num_steps ? m->batch_size_sum / s->num_steps : 0;
+    s->prefix_cache_hit_rate =
+        m->admitted_prompt_tokens ? (double)m->cached_prompt_tokens / m->admitted_prompt_tokens : 0;
+    if (out) *out = *s;
+
+    int rc = 0;
+    if (m->req_out) {
+        ob_flush(m->req_out);
+        if (fclose(m->req_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
+        m->req_out->f = NULL;
+    }
+    if (m->step_out) {
+        ob_flush(m->step_out);
+        if (fclose(m->step_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
+        m->step_out->f = NULL;
+    }
+    if (m->summary_path[0]) {
+        json_t *o = metrics_summary_json(s, &m->opt);
+        if (config) json_object_set_new(o, "config", config);
+        config = NULL;
+        /* write to a temporary name and rename, so a reader never sees half a summary */
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp", m->summary_path);
+        if (json_dump_file(o, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) ||
+            rename(tmp, m->summary_path))
+            rc = terr_set(e, "%s: cannot write", m->summary_path);
+        json_decref(o);
+    }
+    json_decref(config);
+    return rc;
+}
+
+void metrics_free(metrics *m)
+{
+    if (!m) return;
+    obuf *bufs[] = {m->req_out, m->step_out};
+    for (size_t i = 0; i < ARRAY_LEN(bufs); i++) {
+        if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);
+        free(bufs[i]);
+    }
+    ws_free(&m->ttft);
+    ws_free(&m->tpot);
+    ws_free(&m->itl);
+    ws_free(&m->e2el);
+    ws_free(&m->queue);
+    free(m->step_itl);
+    free(m);
+}
+
+void metrics_print_summary(const metrics_summary *s, FILE *f)
+{
+    fprintf(f, "============ Serving Benchmark Result (simulated) ============\n");
+    fprintf(f, "%-40s %-10lld\n", "Successful requests:", (long long)s->completed);
+    fprintf(f, "%-40s %-10lld\n", "Rejected requests:", (long long)s->num_rejected);
+    if (s->num_bad_rows) fprintf(f, "%-40s %-10lld\n", "Bad trace rows skipped:", (long long)s->num_bad_rows);
+    fprintf(f, "%-40s %-10.2f\n", "Benchmark duration (s):", s->duration_s);
+    fprintf(f, "%-40s %-10lld\n", "Total input tokens:", (long long)s->total_input_tokens);
+    fprintf(f, "%-40s %-10lld\n", "Total generated tokens:", (long long)s->total_output_tokens);
+    fprintf(f, "%-40s %-10.2f\n", "Request throughput (req/s):", s->request_throughput);
+    fprintf(f, "%-40s %-10.2f\n", "Output token throughput (tok/s):", s->output_throughput);
+    fprintf(f, "%-40s %-10.2f\n", "Total token throughput (tok/s):", s->total_token_throughput);
+    const struct {
+        const char *title, *name;
+        const latency_stats *l;
+    } rows[] = {{"Time to First Token", "TTFT", &s->ttft},
+                {"Time per Output Token (excl. 1st token)", "TPOT", &s->tpot},
+                {"Inter-token Latency", "ITL", &s->itl},
+                {"End-to-end Latency", "E2EL", &s->e2el}};
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        fprintf(f, "%s\n", rows[i].title);
+        fprintf(f, "  %-38s %-10.2f\n", "Mean (ms):", rows[i].l->mean);
+        fprintf(f, "  %-38s %-10.2f\n", "Median (ms):", rows[i].l->median);
+        fprintf(f, "  %-38s %-10.2f\n", "P99 (ms):", rows[i].l->p99);
+    }
+    fprintf(f, "%-40s %-10lld\n", "Preemptions:", (long long)s->num_preemptions);
+    fprintf(f, "%-40s %-10lld\n", "Model steps:", (long long)s->num_steps);
+    fprintf(f, "%-40s %-10.2f\n", "Mean batch size (requests):", s->mean_batch_size);
+    fprintf(f, "%-40s %-10.3f\n", "Peak KV cache usage:", s->peak_kv_usage);
+    fprintf(f, "%-40s %-10.3f\n", "GPU busy fraction:", s->busy_fraction);
+    if (s->prefix_cache_hit_rate > 0)
+        fprintf(f, "%-40s %-10.3f\n", "Prefix cache hit rate:", s->prefix_cache_hit_rate);
+    fprintf(f, "==============================================================\n");
+}

@@ -1,0 +1,97 @@
+/*
+ * metrics.h: what a run measured, in vLLM's terms.
+ *
+ * The serving loop reports each request when it ends (finished or rejected), each inter-token
+ * gap, and each step. Rows stream to DIR/requests.csv (in the order requests end) and
+ * DIR/steps.csv as they happen, so memory holds only the latency samples the summary needs.
+ * At the end, summary.json carries the keys of `vllm bench serve`'s result file (completed,
+ * duration, request_throughput, output_throughput, total_token_throughput, mean_/median_/std_/
+ * p99_ of ttft_ms, tpot_ms, itl_ms, e2el_ms, request_goodput) plus tandem's own (num_rejected,
+ * num_preemptions, peak_kv_usage, mean_batch_size, ...), the resolved configuration and seed.
+ *
+ * Definitions (as vLLM's benchmark): TTFT = first token - arrival; TPOT = (e2e - TTFT) /
+ * (output - 1), only for requests with more than one output token; ITL = every gap between
+ * successive tokens of a request; E2EL = finish - arrival; duration = first arrival to the last
+ * request's end; throughputs count completed requests only.
+ */
+#ifndef TANDEM_METRICS_H
+#define TANDEM_METRICS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "request.h"
+#include "util.h"
+
+typedef struct metrics_options {
+    const char *out_dir;    /* NULL: compute the summary but write no files */
+    double goodput_ttft_ms; /* SLOs for request_goodput; <= 0: not part of the SLO */
+    double goodput_tpot_ms;
+    double goodput_e2el_ms;
+    bool write_steps;       /* steps.csv (on by default in the CLI) */
+} metrics_options;
+
+typedef struct step_stats {
+    int64_t step;
+    int64_t start_ns;
+    int64_t duration_ns;
+    int32_t num_running;    /* after scheduling */
+    int32_t num_waiting;    /* waiting + preempted + swapped, after scheduling */
+    int32_t batch_size;     /* requests in the step */
+    int64_t prefill_tokens;
+    int64_t decode_tokens;
+    int32_t kv_blocks_used; /* after the step */
+    int32_t kv_blocks_total;
+    int32_t num_preemptions;
+    int32_t num_swap_blocks; /* blocks swapped in + out */
+} step_stats;
+
+typedef struct latency_stats {
+    double mean, median, std, p90, p95, p99; /* ms */
+} latency_stats;
+
+typedef struct metrics_summary {
+    int64_t num_requests;      /* every request of the trace that reached the server */
+    int64_t completed;
+    int64_t num_rejected;
+    int64_t rejected_by_reason[REJECT_NUM_REASONS];
+    int64_t num_bad_rows;      /* trace rows skipped with --skip-bad-rows */
+    double duration_s;
+    int64_t total_input_tokens;  /* of completed requests */
+    int64_t total_output_tokens;
+    double request_throughput, request_goodput, output_throughput, total_token_throughput;
+    int64_t num_good;          /* completed requests that met every SLO */
+    latency_stats ttft, tpot, itl, e2el, queue;
+    int64_t num_preemptions;
+    int64_t num_steps;
+    double busy_s;             /* sum of step durations */
+    double busy_fraction;      /* busy_s / duration_s */
+    double peak_kv_usage;      /* max over steps of used / total blocks */
+    double mean_kv_usage;      /* time-weighted over steps */
+    double mean_batch_size;    /* requests per step */
+    double prefix_cache_hit_rate; /* cached prompt tokens / prompt tokens of admitted requests */
+} metrics_summary;
+
+typedef struct metrics metrics;
+
+int metrics_open(metrics **out, const metrics_options *opt, terr *e);
+/* r ended (REQ_FINISHED or REQ_REJECTED); writes its row and keeps its latencies. */
+void metrics_request_done(metrics *m, const request *r);
+/* One inter-token gap observed in the current step. */
+void metrics_itl(metrics *m, int64_t gap_ns);
+/* The step ended; writes its row. */
+void metrics_step(metrics *m, const step_stats *s);
+void metrics_add_bad_rows(metrics *m, int64_t n);
+/* Computes the summary, writes summary.json (with `config` under "config" when not NULL; the
+ * reference is stolen), flushes and closes the CSVs. */
+int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e);
+void metrics_free(metrics *m);
+
+/* The short human-readable table `tandem sim` prints. */
+void metrics_print_summary(const metrics_summary *s, FILE *f);
+/* The summary as a JSON object (what summary.json holds, minus config). */
+json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *opt);
+
+#endif

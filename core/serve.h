@@ -1,0 +1,68 @@
+/*
+ * serve.h: the serving loop, the one piece of control flow both backends share.
+ *
+ *   loop:
+ *     admit every arrival whose time has come (reject on arrival what can never run);
+ *     if nothing is live: wait for the next arrival (or stop at the end of the trace);
+ *     ask the policy for a batch; if it is empty, wait for the next arrival;
+ *     hand the batch to the executor, which says how long the step took; advance the clock;
+ *     apply the results: computed tokens, sampled tokens (TTFT, ITL), finished requests
+ *     (KV freed, row written), prefix-cache blocks registered;
+ *     record the step.
+ *
+ * Time comes from the clock the loop is given (clock.h), so the same loop replays a trace in
+ * simulated time over the cost model or in real time on the GPU. For a given input, config and
+ * seed the run is deterministic.
+ *
+ * Every request of the trace ends exactly once, finished or rejected with a reason, and is
+ * counted: a request that can never run is rejected on arrival; if a policy ever leaves live
+ * requests it will not schedule with no arrivals left, the loop rejects them as unschedulable
+ * rather than hang.
+ */
+#ifndef TANDEM_SERVE_H
+#define TANDEM_SERVE_H
+
+#include <stdint.h>
+
+#include "arrival.h"
+#include "batch.h"
+#include "clock.h"
+#include "executor.h"
+#include "metrics.h"
+#include "policy.h"
+
+typedef struct serve_config {
+    sched_config sched;
+    const policy_ops *policy;
+    int32_t num_gpu_blocks;
+    int32_t num_host_blocks; /* swap space in blocks; 0 = none */
+    uint64_t seed;
+    int64_t max_steps;       /* 0 = no limit; a guard for tests and sweeps */
+} serve_config;
+
+typedef struct serve_result {
+    int64_t num_requests;
+    int64_t num_finished;
+    int64_t num_rejected;
+    int64_t num_steps;
+    int64_t end_ns;
+    int32_t peak_live;       /* most requests in memory at once */
+    int32_t kv_blocks_leaked; /* KV blocks in use after the run (must be 0) */
+} serve_result;
+
+/* Observes each step (tests record schedules with it). */
+typedef struct serve_hooks {
+    void (*on_step)(void *ud, int64_t step, const batch *b, int64_t start_ns, int64_t duration_ns);
+    void *ud;
+} serve_hooks;
+
+/* Runs the trace to the end. Returns 0, or -1 with e set (a bad trace row, an executor error).
+ * m may be NULL; hooks may be NULL. */
+int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *clock, metrics *m,
+              const serve_hooks *hooks, serve_result *res, terr *e);
+
+/* Why a request can never run under cfg with num_gpu_blocks, or REJECT_NONE. */
+reject_reason serve_admission_check(const sched_config *cfg, int32_t num_gpu_blocks,
+                                    int32_t prompt_tokens, int32_t output_tokens);
+
+#endif
