@@ -1,0 +1,146 @@
+/*
+ * test_metrics.c: the metrics formulas against values computed by hand, the weighted
+ * percentiles against GSL on the expanded samples, and the CSV rows.
+ */
+#include <check.h>
+#include <gsl/gsl_rng.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/serve.h"
+#include "core/stats.h"
+#include "policies/policies.h"
+#include "testutil.h"
+
+#define MS 1000000LL
+
+/* Weighted percentiles equal GSL's (numpy's linear method) on the expanded multiset. */
+START_TEST(weighted_percentiles_match_gsl_on_expansion)
+{
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 42);
+    for (int trial = 0; trial < 20; trial++) {
+        wsamples w = {0};
+        double *flat = malloc(4000 * sizeof *flat);
+        size_t n = 0;
+        int k = 1 + (int)gsl_rng_uniform_int(rng, 60);
+        for (int i = 0; i < k; i++) {
+            double v = floor(gsl_rng_uniform(rng) * 50) / 4; /* repeats on purpose */
+            uint64_t wt = 1 + gsl_rng_uniform_int(rng, 5);
+            ws_add(&w, v, wt);
+            for (uint64_t j = 0; j < wt; j++) flat[n++] = v;
+        }
+        gsl_sort(flat, 1, n);
+        double qs[] = {0, 1, 25, 50, 90, 95, 99, 99.9, 100};
+        for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+            double want = gsl_stats_quantile_from_sorted_data(flat, 1, n, qs[i] / 100);
+            double got = ws_percentile(&w, qs[i]);
+            ck_assert_msg(fabs(got - want) < 1e-9, "trial %d q=%g: got %.12g want %.12g", trial, qs[i], got, want);
+        }
+        ck_assert_double_eq_tol(ws_mean(&w), gsl_stats_mean(flat, 1, n), 1e-9);
+        /* population std (numpy ddof=0) from GSL's sample variance */
+        double pstd = n > 1 ? sqrt(gsl_stats_variance(flat, 1, n) * (n - 1) / n) : 0;
+        ck_assert_double_eq_tol(ws_std(&w), pstd, 1e-9);
+        ws_free(&w);
+        free(flat);
+    }
+    gsl_rng_free(rng);
+}
+END_TEST
+
+/*
+ * Three requests, a step costing 1 ms + 0.25 ms per token, budget 8:
+ *   A (t=0, prompt 4, 3 outputs), B (t=0, prompt 4, 1 output), C (t=10 ms, prompt 2, 2 outputs)
+ *   step 1  [0,3)      A:4 B:4   -> A tok1 @3, B tok1 @3 (B done)
+ *   step 2  [3,4.25)   A:1       -> A tok2 @4.25
+ *   step 3  [4.25,5.5) A:1       -> A tok3 @5.5 (done)
+ *   idle until 10
+ *   step 4  [10,11.5)  C:2       -> C tok1 @11.5
+ *   step 5  [11.5,12.75) C:1     -> C tok2 @12.75 (done)
+ * TTFT: A 3, B 3, C 1.5        E2EL: A 5.5, B 3, C 2.75
+ * TPOT: A (5.5-3)/2 = 1.25, C 1.25 (B has one token: none)
+ * ITL: 1.25 x 3               duration 12.75 ms
+ */
+START_TEST(summary_matches_hand_computation)
+{
+    sched_config cfg = {.max_num_seqs = 8, .max_num_batched_tokens = 8, .max_model_len = 64,
+                        .block_size = 4, .enable_chunked_prefill = true, .reserve_full_isl = true};
+    serve_config sc = {.sched = cfg, .policy = &policy_vllm, .num_gpu_blocks = 32};
+    arrival a[] = {{.arrival_ns = 0, .prompt_tokens = 4, .output_tokens = 3},
+                   {.arrival_ns = 0, .prompt_tokens = 4, .output_tokens = 1},
+                   {.arrival_ns = 10 * MS, .prompt_tokens = 2, .output_tokens = 2}};
+    array_source as;
+    linear_exec lx = {.base_ns = MS, .per_token_ns = MS / 4};
+    tclock clock;
+    tclock_init_sim(&clock);
+    char *dir = make_temp_dir("metrics");
+    metrics_options mo = {.out_dir = dir, .goodput_ttft_ms = 2.0, .write_steps = true};
+    metrics *m;
+    terr e;
+    ck_assert(metrics_open(&m, &mo, &e) == 0);
+    serve_result res;
+    ck_assert(serve_run(&sc, array_source_make(&as, a, 3), linear_exec_make(&lx), &clock, m, NULL, &res, &e) == 0);
+    metrics_summary s;
+    ck_assert(metrics_finish(m, NULL, &s, &e) == 0);
+    metrics_free(m);
+
+    const double tol = 1e-9;
+    ck_assert_int_eq(s.completed, 3);
+    ck_assert_int_eq(s.num_steps, 5);
+    ck_assert_double_eq_tol(s.duration_s, 0.01275, 1e-12);
+    ck_assert_int_eq(s.total_input_tokens, 10);
+    ck_assert_int_eq(s.total_output_tokens, 6);
+    ck_assert_double_eq_tol(s.request_throughput, 3 / 0.01275, 1e-6);
+    ck_assert_double_eq_tol(s.output_throughput, 6 / 0.01275, 1e-6);
+    ck_assert_double_eq_tol(s.total_token_throughput, 16 / 0.01275, 1e-6);
+    ck_assert_double_eq_tol(s.request_goodput, 1 / 0.01275, 1e-6); /* only C has TTFT <= 2 ms */
+    ck_assert_double_eq_tol(s.ttft.mean, 2.5, tol);
+    ck_assert_double_eq_tol(s.ttft.median, 3.0, tol);
+    ck_assert_double_eq_tol(s.ttft.std, sqrt(0.5), tol);
+    ck_assert_double_eq_tol(s.ttft.p99, 3.0, tol);
+    ck_assert_double_eq_tol(s.e2el.mean, 3.75, tol);
+    ck_assert_double_eq_tol(s.e2el.median, 3.0, tol);
+    ck_assert_double_eq_tol(s.e2el.p99, 3.0 + 0.98 * 2.5, tol);
+    ck_assert_double_eq_tol(s.tpot.mean, 1.25, tol);
+    ck_assert_double_eq_tol(s.tpot.std, 0, tol);
+    ck_assert_double_eq_tol(s.itl.mean, 1.25, tol);
+    ck_assert_double_eq_tol(s.itl.p99, 1.25, tol);
+    ck_assert_double_eq_tol(s.busy_s, (3 + 1.25 + 1.25 + 1.5 + 1.25) / 1e3, 1e-12);
+    ck_assert_double_eq_tol(s.mean_batch_size, 6.0 / 5, tol);
+
+    /* the rows */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/requests.csv", dir);
+    char *csv = slurp(path, NULL);
+    ck_assert_ptr_nonnull(csv);
+    ck_assert_msg(strstr(csv, "\n1,0.000000,0.000000,0.003000,0.003000,4,1,0,3.000,,3.000,0.000,finished,,0,0,0\n"),
+                  "row of B not found in:\n%s", csv);
+    ck_assert_msg(strstr(csv, "\n0,0.000000,0.000000,0.003000,0.005500,4,3,0,3.000,1.250,5.500,0.000,finished,,0,0,0\n"),
+                  "row of A not found in:\n%s", csv);
+    free(csv);
+    snprintf(path, sizeof path, "%s/steps.csv", dir);
+    csv = slurp(path, NULL);
+    ck_assert_msg(strstr(csv, "\n3,0.010000,1.500,1,0,1,2,0,"), "step 4 row not found in:\n%s", csv);
+    free(csv);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    csv = slurp(path, NULL);
+    ck_assert_msg(strstr(csv, "\"completed\": 3") && strstr(csv, "\"request_goodput\":") &&
+                      strstr(csv, "\"p99_ttft_ms\":") && strstr(csv, "\"median_itl_ms\":"),
+                  "summary.json lacks vLLM keys:\n%s", csv);
+    free(csv);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("formulas");
+    tcase_add_test(tc, weighted_percentiles_match_gsl_on_expansion);
+    tcase_add_test(tc, summary_matches_hand_computation);
+    suite_add_tcase(s, tc);
+    return run_suite(s) ? 1 : 0;
+}
