@@ -54,7 +54,7 @@ all: $(BUILD)/tandem
 # Headers and tools whose absence means a Debian package must be installed.
 DEP_MARKERS := /usr/include/gsl/gsl_rng.h /usr/include/csv.h /usr/include/jansson.h \
                /usr/include/check.h /usr/include/xxhash.h /usr/bin/gnuplot /usr/bin/pkg-config
-DEB_PKGS    := libgsl-dev libcsv-dev libjansson-dev check libsubunit-dev libxxhash-dev gnuplot-nox pkg-config
+DEB_PKGS    := libgsl-dev libcsv-dev libjansson-dev check libsubunit-dev libxxhash-dev gnuplot-nox pkg-config time bc
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(BUILD)/.deps-ok:

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make bench`: simulator speed and memory. Not a test: it prints numbers, it does not judge.
+#   (a) the bundled Azure 2023 chat trace (19,366 requests), defaults (Llama-2-7B on H200)
+#   (b) a 1,000,000-request synthetic trace (Poisson, ShareGPT lengths), same defaults
+# For each: wall time, simulated steps per second, peak RSS (GNU time), pinned to one core.
+set -euo pipefail
+BIN=${TANDEM_BIN:-build/tandem}
+OUT=${BENCH_OUT:-build/bench}
+mkdir -p "$OUT"
+pin() { if command -v taskset >/dev/null; then taskset -c 0 "$@"; else "$@"; fi; }
+
+run() { # name trace [extra sim flags...]
+    local name=$1 trace=$2; shift 2
+    local t0 t1
+    t0=$(date +%s.%N)
+    pin /usr/bin/time -f '%M' -o "$OUT/$name.rss" "$BIN" sim --trace "$trace" --out "$OUT/$name" --quiet "$@"
+    t1=$(date +%s.%N)
+    local steps rss wall
+    steps=$(python3 -c "import json;print(json.load(open('$OUT/$name/summary.json'))['num_steps'])" 2>/dev/null ||
+            awk 'END{print NR-1}' "$OUT/$name/steps.csv")
+    rss=$(cat "$OUT/$name.rss")
+    wall=$(echo "$t1 - $t0" | bc -l)
+    printf '%-28s wall %7.2f s   steps %9d   %10.0f steps/s   peak RSS %6.1f MB\n' \
+        "$name" "$wall" "$steps" "$(echo "$steps / $wall" | bc -l)" "$(echo "$rss / 1024" | bc -l)"
+}
+
+if [ ! -f "$OUT/synthetic_1m.csv" ]; then
+    "$BIN" trace gen --num-requests 1000000 --rate 20 --length-dist file \
+        --lengths-file traces/samples/sharegpt_lengths_5k.csv --max-len 4000 --seed 1 \
+        --out "$OUT/synthetic_1m.csv"
+fi
+echo "tandem bench ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m)); one core each:"
+run azure_conv_19k traces/samples/azure_conv_2023.csv
+run synthetic_1m "$OUT/synthetic_1m.csv"
+run synthetic_1m_no_steps "$OUT/synthetic_1m.csv" --no-steps
