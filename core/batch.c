@@ -19,13 +19,14 @@ void batch_free(batch *b)
     free(b->items);
     free(b->swap_out);
     free(b->swap_in);
+    free(b->preempted);
     *b = (batch){0};
 }
 
 void batch_clear(batch *b)
 {
     b->num_items = 0;
-    b->num_tokens = b->num_prefill_tokens = b->num_decode_tokens = 0;
+    b->num_tokens = b->num_prefill_tokens = b->num_decode_tokens = b->num_padding_tokens = 0;
     b->num_emitting = b->num_preempted = 0;
     b->num_swap_out = b->num_swap_in = 0;
 }
@@ -87,4 +88,14 @@ void batch_add_swap_out(batch *b, int32_t gpu_block, int32_t host_block)
 void batch_add_swap_in(batch *b, int32_t gpu_block, int32_t host_block)
 {
     push_swap(&b->swap_in, &b->num_swap_in, &b->cap_swap_in, gpu_block, host_block);
+}
+
+void batch_note_preempted(batch *b, request *r)
+{
+    if (b->num_preempted == b->cap_preempted) {
+        size_t cap = (size_t)b->cap_preempted;
+        grow_array((void **)&b->preempted, sizeof *b->preempted, &cap, cap + 1);
+        b->cap_preempted = (int32_t)cap;
+    }
+    b->preempted[b->num_preempted++] = r;
 }

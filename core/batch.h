@@ -41,8 +41,13 @@ typedef struct batch {
     int64_t num_tokens;         /* sum of items' num_tokens */
     int64_t num_prefill_tokens; /* tokens of non-decode items */
     int64_t num_decode_tokens;
+    int64_t num_padding_tokens; /* rows computed for nothing (static batching pads prompts to the
+                                   longest and keeps finished members' slots): they cost GEMM
+                                   time and produce no token */
     int32_t num_emitting;       /* items that sample a token */
     int32_t num_preempted;      /* requests preempted while forming this batch */
+    request **preempted;        /* (num_preempted) those requests, in order */
+    int32_t cap_preempted;
     kv_swap *swap_out;          /* (num_swap_out) */
     kv_swap *swap_in;           /* (num_swap_in) */
     int32_t num_swap_out, num_swap_in;
@@ -62,6 +67,7 @@ sched_item *batch_add(batch *b, request *r, int32_t num_tokens);
 int32_t batch_remove(batch *b, const request *r);
 
 void batch_add_swap_out(batch *b, int32_t gpu_block, int32_t host_block);
+void batch_note_preempted(batch *b, request *r);
 void batch_add_swap_in(batch *b, int32_t gpu_block, int32_t host_block);
 
 #endif

@@ -8,7 +8,7 @@ int32_t sched_preempt(sched_env *env, request *r, batch *b)
     assert(r->state == REQ_RUNNING);
     int32_t refund = batch_remove(b, r);
     r->num_preemptions++;
-    b->num_preempted++;
+    batch_note_preempted(b, r);
     if (env->cfg->preemption_mode == PREEMPT_SWAP && env->swap && r->blocks.len > 0 &&
         kv_allocate_table(env->swap, &r->host_blocks, r->blocks.len)) {
         for (int32_t i = 0; i < r->blocks.len; i++)

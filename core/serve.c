@@ -214,6 +214,9 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
         L.env.now_ns = L.now_ns;
         cfg->policy->schedule(L.policy, &b);
         if (b.num_items == 0 && b.num_swap_out == 0) {
+            /* a pass that only preempted (its victim was the request it served first) changed
+             * the state: schedule again at the same instant, as vLLM's next step would */
+            if (b.num_preempted > 0) continue;
             if (have == 1) { /* nothing runnable now; something may change when the next request comes */
                 clock->wait_until(clock, next.arrival_ns);
                 continue;

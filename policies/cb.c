@@ -59,11 +59,32 @@ request *cb_running_max(cb_state *s, req_cmp_fn cmp)
     return worst;
 }
 
+int64_t cb_blocks_held_if(cb_state *s, const request *cand,
+                          bool (*less_important)(const request *r, const request *cand))
+{
+    int64_t held = 0;
+    for (request *r = s->running.head; r; r = r->next)
+        if (less_important(r, cand)) held += r->blocks.len;
+    return held;
+}
+
 /* ---- policy_ops ---- */
+
+static int64_t step_budget(const cb_state *s)
+{
+    const sched_config *cfg = s->env->cfg;
+    int64_t budget = cfg->max_num_batched_tokens;
+    if (s->v->use_chunk_size && cfg->chunk_size < budget) budget = cfg->chunk_size;
+    return budget;
+}
+
+static bool chunking(const cb_state *s) { return s->v->always_chunk || s->env->cfg->enable_chunked_prefill; }
 
 reject_reason cb_add_request(void *self, request *r)
 {
     cb_state *s = self;
+    /* without chunking a prompt over the step budget could never be scheduled */
+    if (!chunking(s) && r->prompt_tokens > step_budget(s)) return REJECT_BATCH_TOKENS;
     if (s->v->on_arrival) {
         reject_reason why = s->v->on_arrival(s, r);
         if (why != REJECT_NONE) return why;
@@ -146,7 +167,12 @@ static void schedule_running(cb_state *s, batch *b, int64_t *budget, bool *preem
 static bool admit_swapped(cb_state *s, request *r, batch *b, int64_t *budget)
 {
     sched_env *env = s->env;
+    const sched_config *cfg = env->cfg;
+    /* it may have been swapped out mid-prefill: the rest comes in chunks like any prefill */
     int64_t n = request_num_tokens(r) - r->num_computed_tokens;
+    if (cfg->long_prefill_token_threshold > 0 && n > cfg->long_prefill_token_threshold)
+        n = cfg->long_prefill_token_threshold;
+    if (chunking(s)) n = min_i64(n, *budget);
     int32_t need = kv_blocks_for_tokens(env->kv, r->num_computed_tokens + n);
     if (need > env->kv->num_blocks) { /* can never come back: reject, don't hang */
         wait_remove(s, r);
@@ -172,14 +198,15 @@ static void schedule_waiting(cb_state *s, batch *b, int64_t *budget)
     request *r;
     while ((r = s->v->wait_peek(s)) && *budget > 0) {
         if (s->running.len >= cfg->max_num_seqs) {
-            request *victim = s->v->displace ? s->v->displace(s, r) : NULL;
+            request *victim = s->v->displace ? s->v->displace(s, r, 0) : NULL;
             if (!victim) break;
             *budget += preempt(s, victim, b);
             continue;
         }
         if (r->state == REQ_SWAPPED) {
             if (admit_swapped(s, r, b, budget)) continue;
-            request *victim = s->v->displace ? s->v->displace(s, r) : NULL;
+            int32_t need = r->host_blocks.len + 1 - env->kv->num_free;
+            request *victim = s->v->displace ? s->v->displace(s, r, need > 0 ? need : 1) : NULL;
             if (!victim) break;
             *budget += preempt(s, victim, b);
             continue;
@@ -189,13 +216,13 @@ static void schedule_waiting(cb_state *s, batch *b, int64_t *budget)
         int64_t n = seq - a.cached_tokens;
         if (cfg->long_prefill_token_threshold > 0 && n > cfg->long_prefill_token_threshold)
             n = cfg->long_prefill_token_threshold;
-        if (!cfg->enable_chunked_prefill && n > *budget) break;
+        if (!chunking(s) && n > *budget) break;
         n = min_i64(n, *budget);
         int32_t cached_blocks = a.cached_tokens / env->kv->block_size;
-        bool fits = !cfg->reserve_full_isl ||
-                    kv_blocks_for_tokens(env->kv, seq) - cached_blocks <= a.blocks_available;
-        if (!fits || !sched_admit_allocate(env, r, &a, (int32_t)n)) {
-            request *victim = s->v->displace ? s->v->displace(s, r) : NULL;
+        int32_t need = kv_blocks_for_tokens(env->kv, cfg->reserve_full_isl ? seq : a.cached_tokens + n) -
+                       cached_blocks - a.blocks_available;
+        if (need > 0 || !sched_admit_allocate(env, r, &a, (int32_t)n)) {
+            request *victim = s->v->displace ? s->v->displace(s, r, need > 0 ? need : 1) : NULL;
             if (!victim) break; /* head-of-line: admission stops here */
             *budget += preempt(s, victim, b);
             continue;
@@ -211,9 +238,7 @@ static void schedule_waiting(cb_state *s, batch *b, int64_t *budget)
 void cb_schedule(void *self, batch *b)
 {
     cb_state *s = self;
-    const sched_config *cfg = s->env->cfg;
-    int64_t budget = cfg->max_num_batched_tokens;
-    if (s->v->use_chunk_size && cfg->chunk_size < budget) budget = cfg->chunk_size;
+    int64_t budget = step_budget(s);
     bool preempted = false;
     schedule_running(s, b, &budget, &preempted);
     if (!preempted) schedule_waiting(s, b, &budget);

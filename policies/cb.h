@@ -33,10 +33,13 @@ typedef struct cb_variant {
     /* victim when running request r cannot get KV blocks; NULL: the tail of the running list */
     request *(*victim)(cb_state *s, request *r);
     /* a running request strictly less important than `cand` to preempt so cand can be
-     * admitted, or NULL (NULL hook: admissions never displace) */
-    request *(*displace)(cb_state *s, const request *cand);
+     * admitted, or NULL (NULL hook: admissions never displace). `need_blocks` is how many more
+     * KV blocks cand needs (0 when the limit is max_num_seqs): a variant should refuse when
+     * preempting every less important request would not free them. */
+    request *(*displace)(cb_state *s, const request *cand, int32_t need_blocks);
     bool decodes_first;       /* running pass: decodes, then prefill chunks (sarathi) */
     bool use_chunk_size;      /* per-step budget = min(chunk_size, max_num_batched_tokens) */
+    bool always_chunk;        /* prompts are chunked whatever --enable-chunked-prefill says */
     reject_reason (*on_arrival)(cb_state *s, request *r); /* optional; before wait_push */
     void (*on_step_done)(cb_state *s, const batch *b);    /* optional */
     void (*on_remove)(cb_state *s, request *r);           /* optional; r leaves the system */
@@ -76,5 +79,8 @@ void cb_heap_remove(cb_state *s, request *r);
 
 /* The running request that `cmp` orders last (least important), or NULL if none. */
 request *cb_running_max(cb_state *s, req_cmp_fn cmp);
+/* KV blocks held by running requests for which `less_important(r, cand)` holds. */
+int64_t cb_blocks_held_if(cb_state *s, const request *cand,
+                          bool (*less_important)(const request *r, const request *cand));
 
 #endif

@@ -9,7 +9,8 @@
 
 #include "core/policy.h"
 
-extern const policy_ops policy_vllm;
+extern const policy_ops policy_vllm, policy_vllm_v0, policy_priority, policy_sarathi,
+    policy_sjf, policy_srpt, policy_fair, policy_static, policy_orca;
 
 /* NULL if no policy has that name. */
 const policy_ops *policy_find(const char *name);

@@ -6,7 +6,8 @@
 #include "core/util.h"
 
 static const policy_ops *const registry[] = {
-    &policy_vllm,
+    &policy_vllm,     &policy_vllm_v0, &policy_priority, &policy_sarathi, &policy_sjf,
+    &policy_srpt,     &policy_fair,    &policy_static,   &policy_orca,
 };
 
 const policy_ops *policy_find(const char *name)

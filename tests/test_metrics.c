@@ -15,7 +15,6 @@
 #include "policies/policies.h"
 #include "testutil.h"
 
-#define MS 1000000LL
 
 /* Weighted percentiles equal GSL's (numpy's linear method) on the expanded multiset. */
 START_TEST(weighted_percentiles_match_gsl_on_expansion)

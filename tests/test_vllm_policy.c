@@ -13,84 +13,16 @@
 #include "policies/policies.h"
 #include "testutil.h"
 
-#define MS 1000000LL
-
-typedef struct scenario {
-    sched_config cfg;
-    int32_t num_blocks;
-    arrival arrivals[16];
-    int n;
-} scenario;
-
-static scenario base(void)
-{
-    scenario s = {0};
-    s.cfg = (sched_config){
-        .max_num_seqs = 256,
-        .max_num_batched_tokens = 8,
-        .max_model_len = 64,
-        .block_size = 4,
-        .enable_chunked_prefill = true,
-        .reserve_full_isl = true,
-    };
-    s.num_blocks = 64;
-    return s;
-}
-
-static void add(scenario *s, int64_t t_ms, int32_t prompt, int32_t output)
-{
-    s->arrivals[s->n++] = (arrival){.arrival_ns = t_ms * MS, .prompt_tokens = prompt, .output_tokens = output};
-}
-
-typedef struct outcome {
-    step_log log;
-    serve_result res;
-    metrics_summary sum;
-} outcome;
-
-static outcome *run(scenario *s)
-{
-    outcome *o = calloc(1, sizeof *o);
-    serve_config sc = {.sched = s->cfg, .policy = &policy_vllm, .num_gpu_blocks = s->num_blocks,
-                       .max_steps = 10000};
-    array_source as;
-    linear_exec lx = {.base_ns = MS};
-    tclock clock;
-    tclock_init_sim(&clock);
-    serve_hooks hooks;
-    step_log_hook(&hooks, &o->log);
-    metrics *m;
-    metrics_options mo = {0};
-    terr e;
-    ck_assert(metrics_open(&m, &mo, &e) == 0);
-    int rc = serve_run(&sc, array_source_make(&as, s->arrivals, s->n), linear_exec_make(&lx), &clock,
-                       m, &hooks, &o->res, &e);
-    ck_assert_msg(rc == 0, "serve_run failed: %s", e.msg);
-    ck_assert(metrics_finish(m, NULL, &o->sum, &e) == 0);
-    metrics_free(m);
-    /* conservation, whatever the scenario */
-    ck_assert_int_eq(o->res.num_finished + o->res.num_rejected, s->n);
-    ck_assert_int_eq(o->res.kv_blocks_leaked, 0);
-    return o;
-}
-
-static void expect_steps(const outcome *o, const char *const *want, int n)
-{
-    for (int i = 0; i < n; i++) {
-        ck_assert_msg(i < o->log.n, "only %d steps ran, expected step %d = \"%s\"", o->log.n, i + 1, want[i]);
-        ck_assert_msg(strcmp(o->log.lines[i], want[i]) == 0, "step %d: got \"%s\", expected \"%s\"", i + 1,
-                      o->log.lines[i], want[i]);
-    }
-}
+static scenario base(void) { return scenario_base(&policy_vllm); }
 
 /* Budget 8, one prompt of 20: chunks 8, 8, 4 (the last one samples), then one token a step. */
 START_TEST(chunked_prefill_cuts_prompt_to_budget)
 {
     scenario s = base();
-    add(&s, 0, 20, 3);
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 20, 3);
+    scenario_outcome *o = scenario_run(&s);
     const char *want[] = {"0:8", "0:8", "0:4", "0:1", "0:1"};
-    expect_steps(o, want, 5);
+    scenario_expect(o, want, 5);
     ck_assert_int_eq(o->log.n, 5);
     free(o);
 }
@@ -101,11 +33,11 @@ END_TEST
 START_TEST(admission_chunks_into_remaining_budget)
 {
     scenario s = base();
-    add(&s, 0, 6, 2);
-    add(&s, 0, 6, 2);
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 6, 2);
+    scenario_add(&s, 0, 6, 2);
+    scenario_outcome *o = scenario_run(&s);
     const char *want[] = {"0:6 1:2", "0:1 1:4", "1:1"};
-    expect_steps(o, want, 3);
+    scenario_expect(o, want, 3);
     free(o);
 }
 END_TEST
@@ -116,12 +48,12 @@ START_TEST(budget_exhaustion_stops_running_pass)
 {
     scenario s = base();
     s.cfg.max_num_batched_tokens = 3;
-    for (int i = 0; i < 4; i++) add(&s, 0, 1, 3);
-    outcome *o = run(&s);
+    for (int i = 0; i < 4; i++) scenario_add(&s, 0, 1, 3);
+    scenario_outcome *o = scenario_run(&s);
     /* step 1 admits three one-token prompts; step 2 decodes them; step 3 too, finishing all
      * three (3 outputs each); step 4 finally admits the fourth */
     const char *want[] = {"0:1 1:1 2:1", "0:1 1:1 2:1", "0:1 1:1 2:1", "3:1", "3:1", "3:1"};
-    expect_steps(o, want, 6);
+    scenario_expect(o, want, 6);
     free(o);
 }
 END_TEST
@@ -131,14 +63,14 @@ START_TEST(max_num_seqs_caps_running)
 {
     scenario s = base();
     s.cfg.max_num_seqs = 2;
-    add(&s, 0, 2, 2);
-    add(&s, 0, 2, 3);
-    add(&s, 0, 2, 1);
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 2, 2);
+    scenario_add(&s, 0, 2, 3);
+    scenario_add(&s, 0, 2, 1);
+    scenario_outcome *o = scenario_run(&s);
     /* step 1: 0 and 1 admitted (2 running = cap); step 2: both decode, 0 finishes (2 outputs);
      * step 3: 1 decodes (its last), then 2 is admitted */
     const char *want[] = {"0:2 1:2", "0:1 1:1", "1:1 2:2"};
-    expect_steps(o, want, 3);
+    scenario_expect(o, want, 3);
     ck_assert_int_eq(o->log.n, 3);
     free(o);
 }
@@ -152,14 +84,14 @@ START_TEST(no_chunking_prompt_over_budget_stops_admission)
     s.cfg.enable_chunked_prefill = false;
     s.cfg.max_num_batched_tokens = 16;
     s.cfg.max_model_len = 16;
-    add(&s, 0, 10, 2);
-    add(&s, 0, 10, 2);
-    add(&s, 0, 2, 2);
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 10, 2);
+    scenario_add(&s, 0, 10, 2);
+    scenario_add(&s, 0, 2, 2);
+    scenario_outcome *o = scenario_run(&s);
     /* step 1: A 10, B needs 10 > 6 left: stop (C waits behind B); step 2: A decodes 1 (its
      * last), B 10 fits in 15, C 2 fits in 5; step 3: B and C decode their last tokens */
     const char *want[] = {"0:10", "0:1 1:10 2:2", "1:1 2:1"};
-    expect_steps(o, want, 3);
+    scenario_expect(o, want, 3);
     free(o);
 }
 END_TEST
@@ -180,11 +112,11 @@ START_TEST(preempts_tail_requeues_front_and_skips_admission)
     s.num_blocks = 4;
     s.cfg.long_prefill_token_threshold = 4;
     s.cfg.reserve_full_isl = false;
-    add(&s, 0, 8, 9);
-    add(&s, 0, 4, 10);
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 8, 9);
+    scenario_add(&s, 0, 4, 10);
+    scenario_outcome *o = scenario_run(&s);
     const char *want[] = {"0:4 1:4", "0:4 1:1", "0:1 P", "0:1 1:4", "0:1 P"};
-    expect_steps(o, want, 5);
+    scenario_expect(o, want, 5);
     ck_assert_msg(o->sum.num_preemptions >= 2, "expected B preempted at least twice, got %lld",
                   (long long)o->sum.num_preemptions);
     ck_assert_int_eq(o->res.num_finished, 2);
@@ -200,15 +132,15 @@ START_TEST(reserve_full_isl_gates_admission_on_whole_prompt)
 {
     scenario s = base();
     s.num_blocks = 5;
-    add(&s, 0, 12, 2);
-    add(&s, 0, 12, 2);
-    outcome *on = run(&s);
+    scenario_add(&s, 0, 12, 2);
+    scenario_add(&s, 0, 12, 2);
+    scenario_outcome *on = scenario_run(&s);
     const char *want_on[] = {"0:8", "0:4"};
-    expect_steps(on, want_on, 2);
+    scenario_expect(on, want_on, 2);
     s.cfg.reserve_full_isl = false;
-    outcome *off = run(&s);
+    scenario_outcome *off = scenario_run(&s);
     const char *want_off[] = {"0:8", "0:4 1:4"};
-    expect_steps(off, want_off, 2);
+    scenario_expect(off, want_off, 2);
     free(on);
     free(off);
 }
@@ -220,10 +152,10 @@ START_TEST(over_long_prompt_rejected_on_arrival)
 {
     scenario s = base();
     s.cfg.max_model_len = 32;
-    add(&s, 0, 32, 5);  /* rejected: prompt_too_long */
-    add(&s, 0, 40, 5);  /* rejected */
-    add(&s, 0, 31, 5);  /* runs: 31 + 1 output = max_model_len */
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 32, 5);  /* rejected: prompt_too_long */
+    scenario_add(&s, 0, 40, 5);  /* rejected */
+    scenario_add(&s, 0, 31, 5);  /* runs: 31 + 1 output = max_model_len */
+    scenario_outcome *o = scenario_run(&s);
     ck_assert_int_eq(o->res.num_rejected, 2);
     ck_assert_int_eq(o->sum.rejected_by_reason[REJECT_PROMPT_TOO_LONG], 2);
     ck_assert_int_eq(o->res.num_finished, 1);
@@ -238,9 +170,9 @@ START_TEST(request_larger_than_cache_rejected)
 {
     scenario s = base();
     s.num_blocks = 2;
-    add(&s, 0, 6, 4);
-    add(&s, 0, 5, 4);
-    outcome *o = run(&s);
+    scenario_add(&s, 0, 6, 4);
+    scenario_add(&s, 0, 5, 4);
+    scenario_outcome *o = scenario_run(&s);
     ck_assert_int_eq(o->sum.rejected_by_reason[REJECT_KV_CAPACITY], 1);
     ck_assert_int_eq(o->res.num_finished, 1);
     ck_assert_int_eq(o->sum.total_output_tokens, 4);
@@ -252,8 +184,8 @@ END_TEST
 START_TEST(idle_clock_jumps_to_next_arrival)
 {
     scenario s = base();
-    add(&s, 100, 4, 2);
-    outcome *o = run(&s);
+    scenario_add(&s, 100, 4, 2);
+    scenario_outcome *o = scenario_run(&s);
     /* 2 steps of 1 ms: TTFT = 1 ms, E2E = 2 ms, duration 2 ms from first arrival */
     ck_assert_double_eq_tol(o->sum.ttft.mean, 1.0, 1e-9);
     ck_assert_double_eq_tol(o->sum.e2el.mean, 2.0, 1e-9);

@@ -145,6 +145,9 @@ static void log_step(void *ud, int64_t step, const batch *b, int64_t start_ns, i
         k += (size_t)snprintf(line + k, 256 - k, "%s%lld:%d", i ? " " : "",
                               (long long)b->items[i].req->id, b->items[i].num_tokens);
     for (int i = 0; i < b->num_preempted && k < 250; i++) k += (size_t)snprintf(line + k, 256 - k, " P");
+    if (b->num_padding_tokens && k < 230) k += (size_t)snprintf(line + k, 256 - k, " pad=%lld", (long long)b->num_padding_tokens);
+    if (b->num_swap_out && k < 230) k += (size_t)snprintf(line + k, 256 - k, " out=%d", b->num_swap_out);
+    if (b->num_swap_in && k < 230) k += (size_t)snprintf(line + k, 256 - k, " in=%d", b->num_swap_in);
 }
 
 void step_log_hook(struct serve_hooks *h, step_log *log)
@@ -152,4 +155,65 @@ void step_log_hook(struct serve_hooks *h, step_log *log)
     log->n = 0;
     h->on_step = log_step;
     h->ud = log;
+}
+
+/* ---- scenarios ---- */
+
+scenario scenario_base(const policy_ops *policy)
+{
+    scenario s = {0};
+    s.policy = policy;
+    s.cfg = (sched_config){
+        .max_num_seqs = 256,
+        .max_num_batched_tokens = 8,
+        .max_model_len = 64,
+        .block_size = 4,
+        .enable_chunked_prefill = true,
+        .reserve_full_isl = true,
+        .chunk_size = 512,
+    };
+    s.num_blocks = 64;
+    return s;
+}
+
+arrival *scenario_add(scenario *s, int64_t t_ms, int32_t prompt, int32_t output)
+{
+    ck_assert(s->n < 32);
+    arrival *a = &s->arrivals[s->n++];
+    *a = (arrival){.arrival_ns = t_ms * MS, .prompt_tokens = prompt, .output_tokens = output};
+    return a;
+}
+
+scenario_outcome *scenario_run(scenario *s)
+{
+    scenario_outcome *o = calloc(1, sizeof *o);
+    serve_config sc = {.sched = s->cfg, .policy = s->policy, .num_gpu_blocks = s->num_blocks,
+                       .num_host_blocks = s->num_host_blocks, .max_steps = 100000};
+    array_source as;
+    linear_exec lx = {.base_ns = MS};
+    tclock clock;
+    tclock_init_sim(&clock);
+    serve_hooks hooks;
+    step_log_hook(&hooks, &o->log);
+    metrics *m;
+    metrics_options mo = {0};
+    terr e;
+    ck_assert(metrics_open(&m, &mo, &e) == 0);
+    int rc = serve_run(&sc, array_source_make(&as, s->arrivals, s->n), linear_exec_make(&lx), &clock, m,
+                       &hooks, &o->res, &e);
+    ck_assert_msg(rc == 0, "serve_run failed: %s", e.msg);
+    ck_assert(metrics_finish(m, NULL, &o->sum, &e) == 0);
+    metrics_free(m);
+    ck_assert_int_eq(o->res.num_finished + o->res.num_rejected, s->n);
+    ck_assert_int_eq(o->res.kv_blocks_leaked, 0);
+    return o;
+}
+
+void scenario_expect(const scenario_outcome *o, const char *const *want, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(i < o->log.n, "only %d steps ran, expected step %d = \"%s\"", o->log.n, i + 1, want[i]);
+        ck_assert_msg(strcmp(o->log.lines[i], want[i]) == 0, "step %d: got \"%s\", expected \"%s\"", i + 1,
+                      o->log.lines[i], want[i]);
+    }
 }

@@ -33,7 +33,6 @@ char *slurp(const char *path, size_t *len);
 /* Runs a Check suite with forking on and returns the number of failures. */
 int run_suite(Suite *s);
 
-#endif
 
 /* ---- fixtures for scheduling tests ---- */
 #include "core/arrival.h"
@@ -61,3 +60,37 @@ typedef struct step_log {
 } step_log;
 struct serve_hooks;
 void step_log_hook(struct serve_hooks *h, step_log *log);
+
+/* ---- scheduling scenarios: a config, a few arrivals, a 1 ms-per-step executor ---- */
+#include "core/metrics.h"
+#include "core/policy.h"
+#include "core/serve.h"
+
+#define MS 1000000LL
+
+typedef struct scenario {
+    const policy_ops *policy;
+    sched_config cfg;
+    int32_t num_blocks, num_host_blocks;
+    arrival arrivals[32];
+    uint64_t hashes[32][4];
+    int n;
+} scenario;
+
+typedef struct scenario_outcome {
+    step_log log;
+    serve_result res;
+    metrics_summary sum;
+} scenario_outcome;
+
+/* max_num_seqs 256, budget 8, max_model_len 64, blocks of 4, 64 blocks, chunked prefill and
+ * reserve_full_isl on. */
+scenario scenario_base(const policy_ops *policy);
+arrival *scenario_add(scenario *s, int64_t t_ms, int32_t prompt, int32_t output);
+/* Runs it (asserting conservation: every request ends once, no KV block leaked); the caller
+ * frees the outcome. */
+scenario_outcome *scenario_run(scenario *s);
+/* Asserts the first n steps are `want` (messages say which step differed and how). */
+void scenario_expect(const scenario_outcome *o, const char *const *want, int n);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * sarathi.c: stall-free batching from Sarathi-Serve (Agrawal et al., OSDI 2024), policy
+ * `sarathi`.
+ *
+ * Each step has a token budget of --chunk-size tokens (capped by max_num_batched_tokens). The
+ * running pass serves every decoding request first (one token each), so ongoing generations
+ * never stall behind a long prompt, then continues the partial prefills of running requests,
+ * then admits new requests with prefill chunks cut to what is left of the budget. Otherwise it
+ * is vLLM V1's step (FIFO admission, the newest request is the victim when KV runs out; see
+ * policies/cb.c). vLLM's chunked prefill grew out of this design; the differences that remain
+ * are the small fixed budget and the strict decode-first order inside the running pass.
+ * Chunking is the policy: prompts are chunked even with --no-enable-chunked-prefill.
+ */
+#include "cb.h"
+#include "policies.h"
+
+static const cb_variant sarathi_variant = {
+    .wait_push = cb_fifo_push,
+    .wait_requeue = cb_fifo_requeue,
+    .wait_peek = cb_fifo_peek,
+    .wait_remove = cb_fifo_remove,
+    .decodes_first = true,
+    .use_chunk_size = true,
+    .always_chunk = true,
+};
+
+static void *sarathi_create(sched_env *env) { return cb_create(env, &sarathi_variant, NULL); }
+
+const policy_ops policy_sarathi = {
+    .name = "sarathi",
+    .summary = "Sarathi-Serve stall-free batching: decodes first, then prefill chunks, --chunk-size tokens a step",
+    .create = sarathi_create,
+    .destroy = cb_destroy,
+    .add_request = cb_add_request,
+    .schedule = cb_schedule,
+    .remove_request = cb_remove_request,
+    .step_done = cb_step_done,
+    .num_running = cb_num_running,
+    .num_waiting = cb_num_waiting,
+};

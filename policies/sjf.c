@@ -1,0 +1,117 @@
+/*
+ * sjf.c: shortest job first (`sjf`) and shortest remaining processing time (`srpt`).
+ *
+ * A request's job is its output length: the decode steps it will occupy a batch slot for.
+ * The scheduler does not know it; it sees a prediction made once on arrival:
+ *   predicted = output_tokens                                 (--length-predictor-error 0: oracle)
+ *   predicted = max(1, round(output_tokens * exp(err * Z)))   Z ~ N(0, 1) from the run's seed
+ * a multiplicative log-normal error, so err 0.5 means predictions off by a factor e^0.5 at one
+ * standard deviation (the spread of learned length predictors, e.g. Qiu et al. 2024, Fu et al.
+ * "Efficient LLM Scheduling by Learning to Rank", NeurIPS 2024).
+ *
+ * sjf: the waiting queue is ordered by predicted length (ties by arrival); running requests
+ *      are never displaced; the newest running request is the victim when KV runs out.
+ * srpt: ordered by predicted remaining output (predicted - generated, at least 0); an
+ *      admission preempts running requests with strictly more predicted work left (most work
+ *      first) when blocks or max_num_seqs are short, and the running request with the most
+ *      remaining work is the victim when KV runs out. Preempted requests keep their generated
+ *      tokens' credit, so a request that outlives its prediction sorts first (remaining 0).
+ * Both starve long requests under sustained load; that is what they are for comparing.
+ */
+#include <gsl/gsl_randist.h>
+#include <math.h>
+
+#include "cb.h"
+#include "policies.h"
+
+static double remaining(const request *r)
+{
+    double rem = r->policy_key - r->num_output_tokens;
+    return rem > 0 ? rem : 0;
+}
+
+static int cmp_job(const request *a, const request *b)
+{
+    if (a->policy_key != b->policy_key) return a->policy_key < b->policy_key ? -1 : 1;
+    return req_cmp_fcfs(a, b);
+}
+
+static int cmp_remaining(const request *a, const request *b)
+{
+    double x = remaining(a), y = remaining(b);
+    if (x != y) return x < y ? -1 : 1;
+    return req_cmp_fcfs(a, b);
+}
+
+static reject_reason predict(cb_state *s, request *r)
+{
+    double err = s->env->cfg->length_predictor_error, pred = r->max_output_tokens;
+    if (err > 0) pred = fmax(1.0, round(pred * exp(err * gsl_ran_gaussian(s->env->rng, 1.0))));
+    r->policy_key = pred;
+    return REJECT_NONE;
+}
+
+static bool more_remaining(const request *r, const request *cand) { return remaining(r) > remaining(cand); }
+
+static request *most_remaining(cb_state *s, request *r)
+{
+    (void)r;
+    return cb_running_max(s, cmp_remaining);
+}
+
+static request *srpt_displace(cb_state *s, const request *cand, int32_t need_blocks)
+{
+    request *victim = cb_running_max(s, cmp_remaining);
+    if (!victim || !more_remaining(victim, cand)) return NULL;
+    if (need_blocks > 0 && cb_blocks_held_if(s, cand, more_remaining) < need_blocks) return NULL;
+    return victim;
+}
+
+static void heap_requeue(cb_state *s, request *r) { cb_heap_push(s, r); }
+
+static const cb_variant sjf_variant = {
+    .wait_push = cb_heap_push,
+    .wait_requeue = heap_requeue,
+    .wait_peek = cb_heap_peek,
+    .wait_remove = cb_heap_remove,
+    .on_arrival = predict,
+};
+
+static const cb_variant srpt_variant = {
+    .wait_push = cb_heap_push,
+    .wait_requeue = heap_requeue,
+    .wait_peek = cb_heap_peek,
+    .wait_remove = cb_heap_remove,
+    .victim = most_remaining,
+    .displace = srpt_displace,
+    .on_arrival = predict,
+};
+
+static void *sjf_create(sched_env *env) { return cb_create(env, &sjf_variant, cmp_job); }
+static void *srpt_create(sched_env *env) { return cb_create(env, &srpt_variant, cmp_remaining); }
+
+const policy_ops policy_sjf = {
+    .name = "sjf",
+    .summary = "shortest (predicted) job first, non-preemptive admission order",
+    .create = sjf_create,
+    .destroy = cb_destroy,
+    .add_request = cb_add_request,
+    .schedule = cb_schedule,
+    .remove_request = cb_remove_request,
+    .step_done = cb_step_done,
+    .num_running = cb_num_running,
+    .num_waiting = cb_num_waiting,
+};
+
+const policy_ops policy_srpt = {
+    .name = "srpt",
+    .summary = "shortest (predicted) remaining output first, preempting requests with more work left",
+    .create = srpt_create,
+    .destroy = cb_destroy,
+    .add_request = cb_add_request,
+    .schedule = cb_schedule,
+    .remove_request = cb_remove_request,
+    .step_done = cb_step_done,
+    .num_running = cb_num_running,
+    .num_waiting = cb_num_waiting,
+};
