@@ -59,9 +59,9 @@ static const csv_layout layouts[] = {
      {false, false, false, true, true}, true, azure_time,
      "a time YYYY-MM-DD HH:MM:SS[.fffffff]"},
     {TRACE_VIDUR, {"arrived_at", "num_prefill_tokens", "num_decode_tokens", NULL, NULL},
-     {false, false, false, true, true}, true, seconds_time, "seconds >= 0"},
+     {false, false, false, true, true}, true, seconds_time, "a number of seconds in [0, 1e9]"},
     {TRACE_TANDEM, {"arrival_s", "prompt_tokens", "output_tokens", "priority", "client"},
-     {false, false, false, true, true}, false, seconds_time, "seconds >= 0"},
+     {false, false, false, true, true}, false, seconds_time, "a number of seconds in [0, 1e9]"},
 };
 
 struct trace_reader {
@@ -207,14 +207,19 @@ static const char *printable(const char *s, size_t n, char *out, size_t cap)
     return out;
 }
 
+/* A field's text for a message, into buf (TRACE_FIELD_BYTES + 4 bytes): bytes that do not
+ * print become '?'. */
+#define SHOWN(f, buf) printable((f)->text, strnlen((f)->text, TRACE_FIELD_BYTES), buf, sizeof buf)
+
 /* Token count in [1, TRACE_MAX_TOKENS]. */
 static int parse_tokens(trace_reader *t, const trace_field *f, const char *col, int32_t *out,
                         terr *e)
 {
     int64_t v;
+    char buf[TRACE_FIELD_BYTES + 4];
     if (f->len == 0) return row_error(t, e, "%s is empty", col);
     if (!field_is_text(f) || parse_i64(f->text, &v))
-        return row_error(t, e, "%s \"%s\" is not an integer", col, f->text);
+        return row_error(t, e, "%s \"%s\" is not an integer", col, SHOWN(f, buf));
     if (v < 0) return row_error(t, e, "%s is negative (%lld)", col, (long long)v);
     if (v == 0) return row_error(t, e, "%s is 0 (a request needs at least 1 token)", col);
     if (v > TRACE_MAX_TOKENS)
@@ -229,9 +234,10 @@ static int parse_small(trace_reader *t, const trace_field *f, const char *col, i
                        terr *e)
 {
     int64_t v;
+    char buf[TRACE_FIELD_BYTES + 4];
     if (f->len == 0) return row_error(t, e, "%s is empty", col);
     if (!field_is_text(f) || parse_i64(f->text, &v))
-        return row_error(t, e, "%s \"%s\" is not an integer", col, f->text);
+        return row_error(t, e, "%s \"%s\" is not an integer", col, SHOWN(f, buf));
     if (v < 0 || v > INT32_MAX)
         return row_error(t, e, "%s %lld is out of range [0, %d]", col, (long long)v, INT32_MAX);
     *out = (int32_t)v;
@@ -276,11 +282,12 @@ static int parse_csv_row(trace_reader *t, const char *line, size_t len, arrival 
         return row_error(t, e, "expected %d fields as in the header, found %d", t->num_columns, n);
 
     int64_t raw_ns;
+    char buf[TRACE_FIELD_BYTES + 4];
     const trace_field *tf = &t->field[COL_TIME];
     if (tf->len == 0) return row_error(t, e, "%s is empty", L->col_name[COL_TIME]);
     if (L->parse_time(tf, &raw_ns))
-        return row_error(t, e, "%s \"%s\" is not %s%s", L->col_name[COL_TIME], tf->text,
-                         L->time_what, L->parse_time == seconds_time ? " (at most 1e9)" : "");
+        return row_error(t, e, "%s \"%s\" is not %s", L->col_name[COL_TIME], SHOWN(tf, buf),
+                         L->time_what);
     if (parse_tokens(t, &t->field[COL_PROMPT], L->col_name[COL_PROMPT], &out->prompt_tokens, e) ||
         parse_tokens(t, &t->field[COL_OUTPUT], L->col_name[COL_OUTPUT], &out->output_tokens, e))
         return -1;
