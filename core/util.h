@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 typedef struct terr {
-    char msg[512];
+    char msg[2048];
 } terr;
 
 /* Writes a printf-style message into e (if e is not NULL); returns -1 so callers can

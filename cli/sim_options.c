@@ -1,0 +1,242 @@
+/* sim_options.c: see sim_options.h. */
+#include "cli/sim_options.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/serve.h"
+#include "policies/policies.h"
+#include "traces/trace.h"
+
+#define O(f) offsetof(sim_options, f)
+
+const opt_spec sim_option_specs[] = {
+    {"trace", OPT_STR, O(trace), "", "request trace (Azure 2023 / Vidur / Mooncake / tandem CSV)"},
+    {"out", OPT_STR, O(out), "", "directory for requests.csv, steps.csv, summary.json"},
+    {"model", OPT_STR, O(model), "llama-2-7b", "shipped model name, config.json, or checkpoint dir"},
+    {"gpu", OPT_STR, O(gpu), "h200", "GPU: h200, h100-sxm, a100-80gb"},
+    {"cost-model", OPT_STR, O(cost_model), "roofline", "how step times are predicted"},
+    {"scheduling-policy", OPT_STR, O(scheduling_policy), "vllm", "scheduling policy"},
+    {"max-num-seqs", OPT_I64, O(max_num_seqs), "1024", "running requests at most"},
+    {"max-num-batched-tokens", OPT_I64, O(max_num_batched_tokens), "8192", "tokens per step at most"},
+    {"max-model-len", OPT_I64, O(max_model_len), "0", "prompt + output at most (0: the model's max_position_embeddings)"},
+    {"block-size", OPT_I64, O(block_size), "16", "tokens per KV block"},
+    {"gpu-memory-utilization", OPT_F64, O(gpu_memory_utilization), "0.9", "fraction of GPU memory for weights, activations and KV"},
+    {"num-gpu-blocks-override", OPT_I64, O(num_gpu_blocks_override), "0", "use this many KV blocks (0: computed)"},
+    {"enable-chunked-prefill", OPT_BOOL, O(enable_chunked_prefill), "true", "split prompts across steps"},
+    {"long-prefill-token-threshold", OPT_I64, O(long_prefill_token_threshold), "0", "cap on one request's tokens per step (0: none)"},
+    {"scheduler-reserve-full-isl", OPT_BOOL, O(scheduler_reserve_full_isl), "true", "admit only if the whole sequence's blocks are free (vLLM >= 0.19)"},
+    {"preemption-mode", OPT_STR, O(preemption_mode), "recompute", "recompute or swap"},
+    {"swap-space", OPT_F64, O(swap_space), "4", "host swap space in GiB (swap mode)"},
+    {"enable-prefix-caching", OPT_BOOL, O(enable_prefix_caching), "false", "reuse cached KV blocks of equal prefixes"},
+    {"chunk-size", OPT_I64, O(chunk_size), "512", "sarathi: prefill tokens per step"},
+    {"length-predictor-error", OPT_F64, O(length_predictor_error), "0", "sjf/srpt: relative error of predicted output lengths"},
+    {"orca-reserve", OPT_STR, O(orca_reserve), "max", "orca: reserve KV for max (max_model_len) or exact (prompt + max output)"},
+    {"goodput", OPT_STR, O(goodput), "", "SLOs for request_goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (ms)"},
+    {"seed", OPT_I64, O(seed), "0", "seed of every random draw"},
+    {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
+    {"max-requests", OPT_I64, O(max_requests), "0", "replay only the first N requests (0: all)"},
+    {"skip-bad-rows", OPT_BOOL, O(skip_bad_rows), "false", "skip and count bad trace rows instead of failing"},
+    {"steps", OPT_BOOL, O(steps), "true", "write steps.csv"},
+    {"max-steps", OPT_I64, O(max_steps), "0", "stop with an error after N steps (0: no limit)"},
+    {"quiet", OPT_BOOL, O(quiet), "false", "print nothing on success"},
+    OPT_END,
+};
+
+void sim_options_defaults(sim_options *o) { opts_defaults(sim_option_specs, o); }
+void sim_options_free(sim_options *o) { opts_free(sim_option_specs, o); }
+
+static int parse_goodput(const char *text, sim_setup *su, terr *e)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
+        char *colon = strchr(tok, ':');
+        double v;
+        if (!colon || parse_f64(colon + 1, &v) || v <= 0)
+            return terr_set(e, "--goodput: \"%s\" is not KEY:MS with KEY ttft, tpot or e2el and MS > 0", tok);
+        *colon = 0;
+        if (!strcmp(tok, "ttft")) su->goodput_ttft_ms = v;
+        else if (!strcmp(tok, "tpot")) su->goodput_tpot_ms = v;
+        else if (!strcmp(tok, "e2el")) su->goodput_e2el_ms = v;
+        else return terr_set(e, "--goodput: unknown metric \"%s\" (ttft, tpot, e2el)", tok);
+    }
+    return 0;
+}
+
+int sim_positional(void *dst, const char *arg, terr *e)
+{
+    sim_options *o = dst;
+    const char *colon = strchr(arg, ':');
+    if (o->goodput && colon && (!strncmp(arg, "ttft:", 5) || !strncmp(arg, "tpot:", 5) || !strncmp(arg, "e2el:", 5))) {
+        char *joined = xmalloc(strlen(o->goodput) + strlen(arg) + 2);
+        sprintf(joined, "%s %s", o->goodput, arg);
+        free(o->goodput);
+        o->goodput = joined;
+        return 0;
+    }
+    return terr_set(e, "unexpected argument \"%s\" (see --help)", arg);
+}
+
+static int check_range(const char *flag, int64_t v, int64_t lo, int64_t hi, terr *e)
+{
+    if (v < lo || v > hi) return terr_set(e, "--%s: %lld is out of range [%lld, %lld]", flag, (long long)v, (long long)lo, (long long)hi);
+    return 0;
+}
+
+int sim_resolve(const sim_options *o, sim_setup *su, terr *e)
+{
+    *su = (sim_setup){0};
+    if (!o->trace) return terr_set(e, "--trace is required (see --help)");
+    if (model_config_load(&su->model, o->model, e)) return -1;
+    if (!(su->gpu = gpu_find(o->gpu))) {
+        char names[256] = "";
+        FILE *f = fmemopen(names, sizeof names - 1, "w");
+        gpu_list(f);
+        fclose(f);
+        return terr_set(e, "--gpu: unknown GPU \"%s\"; valid:\n%s", o->gpu, names);
+    }
+    if (!(su->cost_model = cost_model_find(o->cost_model))) {
+        char names[512] = "";
+        FILE *f = fmemopen(names, sizeof names - 1, "w");
+        cost_model_list(f);
+        fclose(f);
+        return terr_set(e, "--cost-model: unknown cost model \"%s\"; valid:\n%s", o->cost_model, names);
+    }
+    if (!(su->policy = policy_find(o->scheduling_policy))) {
+        char names[1536] = "";
+        FILE *f = fmemopen(names, sizeof names - 1, "w");
+        policy_list(f);
+        fclose(f);
+        return terr_set(e, "--scheduling-policy: unknown policy \"%s\"; valid:\n%s", o->scheduling_policy, names);
+    }
+    if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
+        check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e) ||
+        check_range("block-size", o->block_size, 1, 1024, e) ||
+        check_range("max-model-len", o->max_model_len, 0, 1 << 24, e) ||
+        check_range("num-gpu-blocks-override", o->num_gpu_blocks_override, 0, INT32_MAX, e) ||
+        check_range("long-prefill-token-threshold", o->long_prefill_token_threshold, 0, 1 << 24, e) ||
+        check_range("chunk-size", o->chunk_size, 1, 1 << 24, e) ||
+        check_range("max-requests", o->max_requests, 0, INT64_MAX, e) ||
+        check_range("max-steps", o->max_steps, 0, INT64_MAX, e) ||
+        check_range("seed", o->seed, 0, INT64_MAX, e))
+        return -1;
+    if (!(o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1))
+        return terr_set(e, "--gpu-memory-utilization: %g is not in (0, 1]", o->gpu_memory_utilization);
+    if (!(o->time_scale > 0)) return terr_set(e, "--time-scale: %g must be > 0", o->time_scale);
+    if (o->swap_space < 0) return terr_set(e, "--swap-space: %g must be >= 0", o->swap_space);
+    if (o->length_predictor_error < 0) return terr_set(e, "--length-predictor-error: %g must be >= 0", o->length_predictor_error);
+
+    sched_config *c = &su->sched;
+    c->max_num_seqs = (int32_t)o->max_num_seqs;
+    c->max_num_batched_tokens = (int32_t)o->max_num_batched_tokens;
+    c->block_size = (int32_t)o->block_size;
+    c->max_model_len = o->max_model_len ? (int32_t)o->max_model_len : su->model.max_position_embeddings;
+    if (c->max_model_len > su->model.max_position_embeddings)
+        return terr_set(e, "--max-model-len: %d is greater than the model's max_position_embeddings (%d)",
+                        c->max_model_len, su->model.max_position_embeddings);
+    c->enable_chunked_prefill = o->enable_chunked_prefill;
+    c->long_prefill_token_threshold = (int32_t)o->long_prefill_token_threshold;
+    c->reserve_full_isl = o->scheduler_reserve_full_isl;
+    c->enable_prefix_caching = o->enable_prefix_caching;
+    c->chunk_size = (int32_t)o->chunk_size;
+    c->length_predictor_error = o->length_predictor_error;
+    if (!strcmp(o->preemption_mode, "recompute")) c->preemption_mode = PREEMPT_RECOMPUTE;
+    else if (!strcmp(o->preemption_mode, "swap")) c->preemption_mode = PREEMPT_SWAP;
+    else return terr_set(e, "--preemption-mode: \"%s\" is not recompute or swap", o->preemption_mode);
+    if (!strcmp(o->orca_reserve, "max")) c->orca_reserve_exact = false;
+    else if (!strcmp(o->orca_reserve, "exact")) c->orca_reserve_exact = true;
+    else return terr_set(e, "--orca-reserve: \"%s\" is not max or exact", o->orca_reserve);
+
+    /* vLLM's own start-up checks */
+    if (c->max_num_batched_tokens < c->max_num_seqs)
+        return terr_set(e, "--max-num-batched-tokens (%d) must be >= --max-num-seqs (%d)",
+                        c->max_num_batched_tokens, c->max_num_seqs);
+    if (!c->enable_chunked_prefill && c->max_num_batched_tokens < c->max_model_len)
+        return terr_set(e, "--max-num-batched-tokens (%d) is smaller than --max-model-len (%d) with chunked "
+                        "prefill off: prompts longer than the budget could never run. Raise "
+                        "--max-num-batched-tokens, lower --max-model-len or --enable-chunked-prefill",
+                        c->max_num_batched_tokens, c->max_model_len);
+
+    if (kv_capacity_compute(&su->kv, &su->model, su->gpu, o->gpu_memory_utilization, c->block_size,
+                            c->max_num_batched_tokens, c->max_num_seqs, c->max_model_len,
+                            o->num_gpu_blocks_override ? NULL : e) &&
+        !o->num_gpu_blocks_override)
+        return -1;
+    if (o->num_gpu_blocks_override) su->kv.num_blocks = o->num_gpu_blocks_override;
+    if (su->kv.num_blocks > INT32_MAX) su->kv.num_blocks = INT32_MAX;
+    double swap_blocks = o->swap_space * 1073741824.0 / (double)su->kv.bytes_per_block;
+    su->num_host_blocks = c->preemption_mode == PREEMPT_SWAP ? (int32_t)(swap_blocks < INT32_MAX ? swap_blocks : INT32_MAX) : 0;
+    if (o->goodput && parse_goodput(o->goodput, su, e)) return -1;
+    return 0;
+}
+
+void sim_setup_free(sim_setup *su) { (void)su; }
+
+static json_t *config_json(const sim_options *o, const sim_setup *su, const char *format_name)
+{
+    json_t *cfg = opts_to_json(sim_option_specs, o);
+    json_t *r = json_object();
+    json_object_set_new(r, "max_model_len", json_integer(su->sched.max_model_len));
+    json_object_set_new(r, "num_gpu_blocks", json_integer(su->kv.num_blocks));
+    json_object_set_new(r, "kv_cache_tokens", json_integer(su->kv.num_blocks * su->sched.block_size));
+    json_object_set_new(r, "kv_bytes_per_block", json_integer(su->kv.bytes_per_block));
+    json_object_set_new(r, "weight_bytes", json_integer(su->kv.weight_bytes));
+    json_object_set_new(r, "activation_reserve_bytes", json_integer(su->kv.activation_bytes));
+    json_object_set_new(r, "num_host_blocks", json_integer(su->num_host_blocks));
+    json_object_set_new(r, "model_params", json_integer(model_num_params(&su->model)));
+    json_object_set_new(r, "gpu", json_string(su->gpu->description));
+    json_object_set_new(r, "trace_format", json_string(format_name));
+    json_object_set_new(cfg, "resolved", r);
+    return cfg;
+}
+
+int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, terr *e)
+{
+    trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
+    trace_reader *tr;
+    if (trace_open(&tr, o->trace, &to, e)) return 2;
+    executor ex;
+    cost_model_opts cmo = cost_model_opts_default();
+    cmo.block_size = su->sched.block_size;
+    if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) {
+        trace_close(tr);
+        return 2;
+    }
+    metrics_options mo = {
+        .out_dir = o->out,
+        .goodput_ttft_ms = su->goodput_ttft_ms,
+        .goodput_tpot_ms = su->goodput_tpot_ms,
+        .goodput_e2el_ms = su->goodput_e2el_ms,
+        .write_steps = o->steps,
+    };
+    metrics *m;
+    if (metrics_open(&m, &mo, e)) {
+        ex.ops->destroy(ex.self);
+        trace_close(tr);
+        return 1;
+    }
+    serve_config sc = {
+        .sched = su->sched,
+        .policy = su->policy,
+        .num_gpu_blocks = (int32_t)su->kv.num_blocks,
+        .num_host_blocks = su->num_host_blocks,
+        .seed = (uint64_t)o->seed,
+        .max_steps = o->max_steps,
+    };
+    tclock clock;
+    tclock_init_sim(&clock);
+    serve_result res;
+    int code = 0;
+    if (serve_run(&sc, trace_source(tr), ex, &clock, m, NULL, &res, e)) code = 2;
+    if (!code) {
+        metrics_add_bad_rows(m, trace_bad_rows(tr));
+        if (metrics_finish(m, config_json(o, su, trace_format_name(trace_get_format(tr))), out, e)) code = 1;
+    }
+    metrics_free(m);
+    ex.ops->destroy(ex.self);
+    trace_close(tr);
+    return code;
+}

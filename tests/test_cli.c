@@ -1,0 +1,227 @@
+/*
+ * test_cli.c: `tandem` as a user runs it: help text, exit codes and messages on bad input,
+ * determinism (same inputs and seed, byte-identical outputs), and conservation on the bundled
+ * Azure chat trace (every request ends finished or rejected, exactly once).
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define CONV "traces/samples/azure_conv_2023.csv"
+#define CODE "traces/samples/azure_code_2023.csv"
+
+START_TEST(help_lists_every_option_with_default)
+{
+    cli_result r = run_cli("--help", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    ck_assert_msg(strstr(r.out, "sim") && strstr(r.out, "trace"), "tandem --help: %s", r.out);
+    cli_result_free(&r);
+    r = run_cli("sim", "--help", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    const char *want[] = {"--max-num-seqs N", "[1024]", "--max-num-batched-tokens N", "[8192]", "--block-size N", "[16]",
+                          "--gpu-memory-utilization X", "[0.9]", "--num-gpu-blocks-override", "--[no-]enable-chunked-prefill",
+                          "--long-prefill-token-threshold", "--[no-]scheduler-reserve-full-isl", "--seed", "--time-scale",
+                          "--max-requests", "skip-bad-rows", "--goodput", "[llama-2-7b]", "[h200]", "[vllm]"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(r.out, want[i]), "sim --help lacks \"%s\":\n%s", want[i], r.out);
+    cli_result_free(&r);
+}
+END_TEST
+
+START_TEST(bad_flags_exit_2_naming_the_flag)
+{
+    struct {
+        const char *args[4];
+        const char *msg;
+    } cases[] = {
+        {{"--scheduling-policy", "nope"}, "unknown policy \"nope\"; valid:\n  vllm"},
+        {{"--max-num-seqs", "0"}, "--max-num-seqs: 0 is out of range"},
+        {{"--max-num-batched-tokens", "12x"}, "--max-num-batched-tokens: \"12x\" is not an integer"},
+        {{"--gpu", "tpu"}, "--gpu: unknown GPU \"tpu\""},
+        {{"--model", "no-such-model"}, "--model: \"no-such-model\" is neither a shipped model"},
+        {{"--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization"},
+        {{"--max-model-len", "9000"}, "greater than the model's max_position_embeddings (4096)"},
+        {{"--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"}, "smaller than --max-model-len"},
+        {{"--preemption-mode", "evict"}, "--preemption-mode"},
+        {{"--goodput", "ttft:abc"}, "--goodput"},
+        {{"--bogus"}, "--bogus: unknown option"},
+        {{"--model", "llama-2-13b", "--gpu-memory-utilization", "0.12"}, "raise --gpu-memory-utilization"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[12] = {"tandem", "sim", "--trace", CONV};
+        int n = 4;
+        for (int k = 0; k < 4 && cases[i].args[k]; k++) argv[n++] = (char *)cases[i].args[k];
+        argv[n] = NULL;
+        cli_result r = run_cliv(argv);
+        ck_assert_msg(r.exit_code == 2, "case %zu: exit %d, stderr: %s", i, r.exit_code, r.err);
+        ck_assert_msg(strstr(r.err, cases[i].msg), "case %zu: stderr lacks \"%s\":\n%s", i, cases[i].msg, r.err);
+        cli_result_free(&r);
+    }
+    cli_result r = run_cli("sim", NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(strstr(r.err, "--trace is required"), "%s", r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
+START_TEST(bad_trace_row_is_file_line_error_or_skipped_and_counted)
+{
+    char *dir = make_temp_dir("cli");
+    char *trace = write_temp_file(dir, "bad.csv", "arrival_s,prompt_tokens,output_tokens\n0.1,10,5\n0.2,abc,5\n0.3,10,5\n");
+    cli_result r = run_cli("sim", "--trace", trace, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    char want[4200];
+    snprintf(want, sizeof want, "%s:3:", trace);
+    ck_assert_msg(strstr(r.err, want), "stderr lacks \"%s\": %s", want, r.err);
+    cli_result_free(&r);
+    char out[4200];
+    snprintf(out, sizeof out, "%s/out", dir);
+    r = run_cli("sim", "--trace", trace, "--skip-bad-rows", "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    char *s = slurp(path, NULL);
+    ck_assert_msg(s && strstr(s, "\"num_bad_rows_skipped\": 1") && strstr(s, "\"completed\": 2"), "%s", s);
+    free(s);
+    free(trace);
+    free(dir);
+}
+END_TEST
+
+static void run_to(const char *out, const char *seed)
+{
+    cli_result r = run_cli("sim", "--trace", CODE, "--max-requests", "3000", "--scheduling-policy", "srpt",
+                           "--length-predictor-error", "0.5", "--seed", seed, "--num-gpu-blocks-override", "3000",
+                           "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+}
+
+/* Drops the line naming the output directory (it differs between runs by design). */
+static void drop_out_line(char *s, size_t *len)
+{
+    char *p = strstr(s, "\"out\": ");
+    if (!p) return;
+    while (p > s && p[-1] != '\n') p--;
+    char *q = strchr(p, '\n');
+    q = q ? q + 1 : s + *len;
+    memmove(p, q, (size_t)(s + *len - q) + 1);
+    *len -= (size_t)(q - p);
+}
+
+static int same_file(const char *a, const char *b)
+{
+    size_t la, lb;
+    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    if (x && y) {
+        drop_out_line(x, &la);
+        drop_out_line(y, &lb);
+    }
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Same inputs and seed: byte-identical outputs. A different seed changes the predictor's draws. */
+START_TEST(same_seed_gives_byte_identical_outputs)
+{
+    char *dir = make_temp_dir("det");
+    char a[4200], b[4200], c[4200];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(c, sizeof c, "%s/c", dir);
+    run_to(a, "7");
+    run_to(b, "7");
+    run_to(c, "8");
+    const char *files[] = {"requests.csv", "steps.csv", "summary.json"};
+    for (int i = 0; i < 3; i++) {
+        char pa[4300], pb[4300];
+        snprintf(pa, sizeof pa, "%s/%s", a, files[i]);
+        snprintf(pb, sizeof pb, "%s/%s", b, files[i]);
+        ck_assert_msg(same_file(pa, pb), "%s differs between two runs with seed 7", files[i]);
+    }
+    char pa[4300], pc[4300];
+    snprintf(pa, sizeof pa, "%s/requests.csv", a);
+    snprintf(pc, sizeof pc, "%s/requests.csv", c);
+    ck_assert_msg(!same_file(pa, pc), "seeds 7 and 8 gave the same schedule: the seed is not used");
+    free(dir);
+}
+END_TEST
+
+/* Every request of the Azure chat trace ends exactly once, finished or rejected with a reason. */
+START_TEST(every_request_ends_exactly_once)
+{
+    char *dir = make_temp_dir("cons");
+    cli_result r = run_cli("sim", "--trace", CONV, "--out", dir, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/requests.csv", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    enum { N = 19366 };
+    char *seen = calloc(N, 1);
+    char line[1024];
+    int rows = 0, finished = 0, rejected = 0;
+    ck_assert(fgets(line, sizeof line, f)); /* header */
+    while (fgets(line, sizeof line, f)) {
+        long id = strtol(line, NULL, 10);
+        ck_assert_msg(id >= 0 && id < N, "bad id in row: %s", line);
+        ck_assert_msg(!seen[id], "request %ld has two rows", id);
+        seen[id] = 1;
+        rows++;
+        if (strstr(line, ",finished,")) finished++;
+        else if (strstr(line, ",rejected,prompt_too_long,") || strstr(line, ",rejected,kv_capacity,")) rejected++;
+        else ck_abort_msg("row neither finished nor rejected with a reason: %s", line);
+    }
+    fclose(f);
+    ck_assert_int_eq(rows, N);
+    ck_assert_int_eq(finished + rejected, N);
+    /* Llama-2-7B's context is 4096 tokens: the trace's longer prompts are rejected, with reason */
+    ck_assert_msg(rejected > 0 && rejected < N / 10, "rejected %d", rejected);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    char *s = slurp(path, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "\"completed\": %d", finished);
+    ck_assert_msg(strstr(s, want), "summary lacks %s", want);
+    free(s);
+    free(seen);
+    free(dir);
+}
+END_TEST
+
+START_TEST(time_scale_compresses_arrivals)
+{
+    char *dir = make_temp_dir("ts");
+    cli_result r = run_cli("sim", "--trace", CONV, "--max-requests", "200", "--time-scale", "0.5", "--out", dir,
+                           "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/requests.csv", dir);
+    char *s = slurp(path, NULL);
+    /* request 1 of the trace arrives 4.3145790 s after request 0; halved: 2.1572895 s */
+    ck_assert_msg(strstr(s, "\n1,2.157290,") || strstr(s, "\n1,2.157289,"), "request 1 not at 2.15729 s:\n%.400s", s);
+    free(s);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, help_lists_every_option_with_default);
+    tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
+    tcase_add_test(tc, bad_trace_row_is_file_line_error_or_skipped_and_counted);
+    tcase_add_test(tc, same_seed_gives_byte_identical_outputs);
+    tcase_add_test(tc, every_request_ends_exactly_once);
+    tcase_add_test(tc, time_scale_compresses_arrivals);
+    suite_add_tcase(s, tc);
+    return run_suite(s) ? 1 : 0;
+}
