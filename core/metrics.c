@@ -94,7 +94,8 @@ struct metrics {
     metrics_options opt;
     obuf *req_out, *step_out;
     char summary_path[4096];
-    wsamples ttft, tpot, itl, e2el, queue; /* ms */
+    samples ttft, tpot, e2el, queue; /* ms, one per finished request */
+    qhist itl;                       /* ms, on a microsecond grid */
     int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
     size_t n_step_itl, cap_step_itl;
     metrics_summary s;
@@ -122,6 +123,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
 {
     metrics *m = xcalloc(1, sizeof *m);
     m->opt = *opt;
+    qhist_init(&m->itl, 1e-3);
     m->first_arrival_ns = INT64_MAX;
     m->last_end_ns = INT64_MIN;
     if (opt->out_dir) {
@@ -175,12 +177,12 @@ void metrics_request_done(metrics *m, const request *r)
         ttft = (double)(r->first_token_ns - r->arrival_ns);
         e2el = (double)(r->finish_ns - r->arrival_ns);
         queue = (double)(r->first_scheduled_ns - r->arrival_ns);
-        ws_add(&m->ttft, ttft / 1e6, 1);
-        ws_add(&m->e2el, e2el / 1e6, 1);
-        ws_add(&m->queue, queue / 1e6, 1);
+        samples_add(&m->ttft, ttft / 1e6);
+        samples_add(&m->e2el, e2el / 1e6);
+        samples_add(&m->queue, queue / 1e6);
         if (r->num_output_tokens > 1) {
             tpot = (e2el - ttft) / (r->num_output_tokens - 1);
-            ws_add(&m->tpot, tpot / 1e6, 1);
+            samples_add(&m->tpot, tpot / 1e6);
         }
         /* vLLM counts a single-token request's TPOT as 0 when judging goodput */
         bool good = (m->opt.goodput_ttft_ms <= 0 || ttft / 1e6 <= m->opt.goodput_ttft_ms) &&
@@ -251,7 +253,7 @@ void metrics_step(metrics *m, const step_stats *st)
         for (size_t i = 0, j; i < m->n_step_itl; i = j) {
             for (j = i; j < m->n_step_itl && m->step_itl[j] == m->step_itl[i]; j++) {
             }
-            ws_add(&m->itl, (double)m->step_itl[i] / 1e6, j - i);
+            qhist_add(&m->itl, (double)m->step_itl[i] / 1e6, j - i);
         }
         m->n_step_itl = 0;
     }
@@ -293,15 +295,27 @@ void metrics_step(metrics *m, const step_stats *st)
 
 void metrics_add_bad_rows(metrics *m, int64_t n) { m->s.num_bad_rows += n; }
 
-static latency_stats lat(wsamples *w)
+static latency_stats lat(samples *w)
 {
     return (latency_stats){
-        .mean = ws_mean(w),
-        .median = ws_percentile(w, 50),
-        .std = ws_std(w),
-        .p90 = ws_percentile(w, 90),
-        .p95 = ws_percentile(w, 95),
-        .p99 = ws_percentile(w, 99),
+        .mean = samples_mean(w),
+        .median = samples_percentile(w, 50),
+        .std = samples_std(w),
+        .p90 = samples_percentile(w, 90),
+        .p95 = samples_percentile(w, 95),
+        .p99 = samples_percentile(w, 99),
+    };
+}
+
+static latency_stats lat_hist(const qhist *h)
+{
+    return (latency_stats){
+        .mean = qhist_mean(h),
+        .median = qhist_percentile(h, 50),
+        .std = qhist_std(h),
+        .p90 = qhist_percentile(h, 90),
+        .p95 = qhist_percentile(h, 95),
+        .p99 = qhist_percentile(h, 99),
     };
 }
 
@@ -370,7 +384,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->total_token_throughput = d > 0 ? (s->total_input_tokens + s->total_output_tokens) / d : 0;
     s->ttft = lat(&m->ttft);
     s->tpot = lat(&m->tpot);
-    s->itl = lat(&m->itl);
+    s->itl = lat_hist(&m->itl);
     s->e2el = lat(&m->e2el);
     s->queue = lat(&m->queue);
     s->busy_s = m->busy_ns / 1e9;
@@ -416,11 +430,11 @@ void metrics_free(metrics *m)
         if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);
         free(bufs[i]);
     }
-    ws_free(&m->ttft);
-    ws_free(&m->tpot);
-    ws_free(&m->itl);
-    ws_free(&m->e2el);
-    ws_free(&m->queue);
+    samples_free(&m->ttft);
+    samples_free(&m->tpot);
+    qhist_free(&m->itl);
+    samples_free(&m->e2el);
+    samples_free(&m->queue);
     free(m->step_itl);
     free(m);
 }
