@@ -1,13 +1,48 @@
 # tandem: one scheduling core, two backends (cost-model simulator and CUDA engine).
 #
 # `make` builds build/tandem; `make demo` and `make test` are the only two commands a fresh
-# machine needs: both depend on `deps`, which installs the Debian packages that are missing.
+# machine needs: every goal first runs `deps`, which installs the Debian packages that are missing.
 #
 # Two object trees are built from the same sources:
 #   build/rel/  -O2, what build/tandem links
 #   build/chk/  -O1 -DTANDEM_CHECKS=1, what tests link: invariants are checked after every step
 # CUDA sources (kernels/*.cu) are compiled when nvcc is found (CI has it; no GPU is needed to
-# compile). Set CUDA=0 to build without them.
+# compile). Set CUDA=0 to build without them. OpenMPI is linked when mpicc is found (sweeps
+# across machines); MPI=0 builds without it, e.g. for a machine that has no libmpi.
+
+.DEFAULT_GOAL := all
+
+# ---- dependencies: checked first, by every goal ---------------------------------------------------
+# The outer make installs missing Debian packages, then re-runs itself with TANDEM_DEPS_READY=1,
+# so that what the packages bring (mpicc, headers) is seen when the build's variables are set.
+# Headers and tools whose absence means a Debian package must be installed.
+DEP_MARKERS := /usr/include/gsl/gsl_rng.h /usr/include/csv.h /usr/include/jansson.h /usr/bin/mpicc \
+               /usr/include/check.h /usr/include/xxhash.h /usr/bin/gnuplot /usr/bin/pkg-config
+DEB_PKGS    := libgsl-dev libcsv-dev libjansson-dev check libsubunit-dev libxxhash-dev gnuplot-nox pkg-config time bc libopenmpi-dev openmpi-bin
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+deps:
+	@missing=""; for f in $(DEP_MARKERS); do [ -e $$f ] || missing="$$missing $$f"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: missing$$missing; installing: $(DEB_PKGS)"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_PKGS) \
+	    || { echo "deps: apt-get failed; install these packages by hand: $(DEB_PKGS)" >&2; exit 1; }; \
+	fi
+
+ifneq ($(TANDEM_DEPS_READY),1)
+GOALS := $(or $(MAKECMDGOALS),all)
+ifeq ($(filter-out clean deps,$(GOALS)),)
+clean:
+	rm -rf build
+else
+.PHONY: forward $(GOALS)
+$(GOALS): forward ; @:
+forward:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory TANDEM_DEPS_READY=1 $(MAKECMDGOALS)
+endif
+else
 
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -35,6 +70,13 @@ else
 CU_SRCS :=
 endif
 
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+MPI     ?= $(if $(MPICC),1,0)
+ifeq ($(MPI),1)
+CFLAGS_ALL += -DTANDEM_HAVE_MPI=1 $(shell $(MPICC) --showme:compile)
+LDLIBS  += $(shell $(MPICC) --showme:link)
+endif
+
 # Every C source of the product, except the CLI's main (tests have their own).
 LIB_DIRS := core policies sim traces engine cli
 LIB_SRCS := $(filter-out cli/main.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
@@ -50,37 +92,19 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 .SECONDARY:
 all: $(BUILD)/tandem
 
-# ---- dependencies -----------------------------------------------------------------------------
-# Headers and tools whose absence means a Debian package must be installed.
-DEP_MARKERS := /usr/include/gsl/gsl_rng.h /usr/include/csv.h /usr/include/jansson.h \
-               /usr/include/check.h /usr/include/xxhash.h /usr/bin/gnuplot /usr/bin/pkg-config
-DEB_PKGS    := libgsl-dev libcsv-dev libjansson-dev check libsubunit-dev libxxhash-dev gnuplot-nox pkg-config time bc
-SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-
-$(BUILD)/.deps-ok:
-	@missing=""; for f in $(DEP_MARKERS); do [ -e $$f ] || missing="$$missing $$f"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "deps: missing$$missing; installing: $(DEB_PKGS)"; \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_PKGS) \
-	    || { echo "deps: apt-get failed; install these packages by hand: $(DEB_PKGS)" >&2; exit 1; }; \
-	fi
-	@mkdir -p $(BUILD) && touch $@
-deps: $(BUILD)/.deps-ok
-
 # ---- product ------------------------------------------------------------------------------------
-$(BUILD)/tandem: $(BUILD)/rel/cli/main.o $(REL_OBJS) | $(BUILD)/.deps-ok
+$(BUILD)/tandem: $(BUILD)/rel/cli/main.o $(REL_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/rel/%.o: %.c | $(BUILD)/.deps-ok
+$(BUILD)/rel/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/chk/%.o: %.c | $(BUILD)/.deps-ok
+$(BUILD)/chk/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(INCS) -O1 -g -DTANDEM_CHECKS=1 $(filter -DTANDEM_HAVE_CUDA=1 -I$(CUDA_HOME)/include,$(CFLAGS_ALL)) -MMD -MP -c $< -o $@
+	$(CC) $(filter-out -O2 -O3,$(CFLAGS_ALL)) -O1 -DTANDEM_CHECKS=1 -c $< -o $@
 
-$(BUILD)/rel/%.cu.o: %.cu | $(BUILD)/.deps-ok
+$(BUILD)/rel/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Icore -MMD -MP -c $< -o $@
 
@@ -136,3 +160,5 @@ clean:
 include $(sort $(wildcard */*.mk))
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+endif

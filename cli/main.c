@@ -15,7 +15,8 @@ typedef struct command {
 
 static const command commands[] = {
     {"sim", sim_main, "simulate a trace under a scheduling policy with the GPU cost model"},
-    {"trace", trace_main, "trace tools: `trace gen` writes a synthetic trace"},
+    {"sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
+    {"trace", trace_main, "trace tools: `trace gen` writes a synthetic trace, `trace stats` summarises one"},
     {"generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };
 

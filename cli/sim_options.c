@@ -39,6 +39,7 @@ const opt_spec sim_option_specs[] = {
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
     {"max-requests", OPT_I64, O(max_requests), "0", "replay only the first N requests (0: all)"},
     {"skip-bad-rows", OPT_BOOL, O(skip_bad_rows), "false", "skip and count bad trace rows instead of failing"},
+    {"requests", OPT_BOOL, O(requests), "true", "write requests.csv"},
     {"steps", OPT_BOOL, O(steps), "true", "write steps.csv"},
     {"max-steps", OPT_I64, O(max_steps), "0", "stop with an error after N steps (0: no limit)"},
     {"quiet", OPT_BOOL, O(quiet), "false", "print nothing on success"},
@@ -210,6 +211,7 @@ int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, ter
         .goodput_ttft_ms = su->goodput_ttft_ms,
         .goodput_tpot_ms = su->goodput_tpot_ms,
         .goodput_e2el_ms = su->goodput_e2el_ms,
+        .write_requests = o->requests,
         .write_steps = o->steps,
     };
     metrics *m;

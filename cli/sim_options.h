@@ -25,7 +25,7 @@ typedef struct sim_options {
         long_prefill_token_threshold, chunk_size, seed, max_requests, max_steps;
     double gpu_memory_utilization, swap_space, length_predictor_error, time_scale;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
-        steps, quiet;
+        requests, steps, quiet;
 } sim_options;
 
 extern const opt_spec sim_option_specs[];

@@ -132,12 +132,14 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             free(m);
             return -1;
         }
-        m->req_out = open_csv(opt->out_dir, "requests.csv",
-                              "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,"
-                              "output_tokens,preemptions,ttft_ms,tpot_ms,e2el_ms,queue_ms,state,"
-                              "reject_reason,priority,client,cached_tokens\n",
-                              e);
-        if (!m->req_out) goto fail;
+        if (opt->write_requests) {
+            m->req_out = open_csv(opt->out_dir, "requests.csv",
+                                  "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,"
+                                  "output_tokens,preemptions,ttft_ms,tpot_ms,e2el_ms,queue_ms,state,"
+                                  "reject_reason,priority,client,cached_tokens\n",
+                                  e);
+            if (!m->req_out) goto fail;
+        }
         if (opt->write_steps) {
             m->step_out = open_csv(opt->out_dir, "steps.csv",
                                    "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
@@ -379,7 +381,8 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->duration_s = s->num_requests ? (double)(m->last_end_ns - m->first_arrival_ns) / 1e9 : 0;
     double d = s->duration_s;
     s->request_throughput = d > 0 ? s->completed / d : 0;
-    s->request_goodput = d > 0 ? s->num_good / d : 0;
+    bool slo = m->opt.goodput_ttft_ms > 0 || m->opt.goodput_tpot_ms > 0 || m->opt.goodput_e2el_ms > 0;
+    s->request_goodput = !slo ? NAN : d > 0 ? s->num_good / d : 0;
     s->output_throughput = d > 0 ? s->total_output_tokens / d : 0;
     s->total_token_throughput = d > 0 ? (s->total_input_tokens + s->total_output_tokens) / d : 0;
     s->ttft = lat(&m->ttft);

@@ -30,6 +30,7 @@ typedef struct metrics_options {
     double goodput_ttft_ms; /* SLOs for request_goodput; <= 0: not part of the SLO */
     double goodput_tpot_ms;
     double goodput_e2el_ms;
+    bool write_requests;    /* requests.csv (on by default in the CLI) */
     bool write_steps;       /* steps.csv (on by default in the CLI) */
 } metrics_options;
 
@@ -61,7 +62,8 @@ typedef struct metrics_summary {
     double duration_s;
     int64_t total_input_tokens;  /* of completed requests */
     int64_t total_output_tokens;
-    double request_throughput, request_goodput, output_throughput, total_token_throughput;
+    double request_throughput, output_throughput, total_token_throughput;
+    double request_goodput;    /* NAN when no SLO was given (summary.json: null) */
     int64_t num_good;          /* completed requests that met every SLO */
     latency_stats ttft, tpot, itl, e2el, queue;
     int64_t num_preemptions;

@@ -91,7 +91,7 @@ START_TEST(summary_matches_hand_computation)
     tclock clock;
     tclock_init_sim(&clock);
     char *dir = make_temp_dir("metrics");
-    metrics_options mo = {.out_dir = dir, .goodput_ttft_ms = 2.0, .write_steps = true};
+    metrics_options mo = {.out_dir = dir, .goodput_ttft_ms = 2.0, .write_requests = true, .write_steps = true};
     metrics *m;
     terr e;
     ck_assert(metrics_open(&m, &mo, &e) == 0);

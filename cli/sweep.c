@@ -1,0 +1,563 @@
+/*
+ * sweep.c: the sweep runner, `tandem sweep` (the spec format and the directory layout are in
+ * sweep.h).
+ *
+ * Points run in forked worker processes, up to -j at a time; a point writes into
+ * points/.tmp-ID-PID/ and is renamed to points/ID/ when complete, so an interrupted sweep
+ * leaves whole points or nothing, and a rerun skips what is there. Under MPI (built with
+ * OpenMPI and started by mpirun), point i belongs to rank i mod size; each rank runs its own,
+ * and rank 0 gathers every point's row over MPI (no shared file system needed) and writes
+ * results.csv.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef TANDEM_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "cli/commands.h"
+#include "cli/sim_options.h"
+#include "cli/sweep.h"
+#include "traces/trace.h"
+
+typedef struct sweep_opts {
+    char *out;
+    int64_t jobs;
+    bool keep_requests, keep_steps, quiet;
+    char *spec; /* the positional argument */
+} sweep_opts;
+
+#define O(f) offsetof(sweep_opts, f)
+static const opt_spec sweep_option_specs[] = {
+    {"out", OPT_STR, O(out), "", "output directory (required)"},
+    {"jobs", OPT_I64, O(jobs), "0", "points run at once on this machine (-j; 0: all cores, 1 per rank under MPI)"},
+    {"keep-requests", OPT_BOOL, O(keep_requests), "false", "keep each point's requests.csv"},
+    {"keep-steps", OPT_BOOL, O(keep_steps), "false", "keep each point's steps.csv"},
+    {"quiet", OPT_BOOL, O(quiet), "false", "no progress line and no final summary"},
+    OPT_END,
+};
+#undef O
+
+static const char *usage =
+    "usage: tandem sweep SPEC --out DIR [-j N] [--keep-requests] [--keep-steps]\n"
+    "       mpirun -np N tandem sweep SPEC --out DIR\n\n"
+    "Runs `tandem sim` over the cross product of the options in SPEC (lines `option = v1, v2, ...`,\n"
+    "options being sim flags without dashes; `lo..hi[:step]` for integer ranges) and writes\n"
+    "DIR/results.csv. Rerunning after an interruption runs only the missing points.";
+
+/* The metrics columns of results.csv, after the point's parameters. */
+static const char *const metric_cols =
+    "completed,num_rejected,duration,request_throughput,request_goodput,output_throughput,"
+    "total_token_throughput,mean_ttft_ms,median_ttft_ms,p90_ttft_ms,p99_ttft_ms,mean_tpot_ms,"
+    "median_tpot_ms,p90_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,mean_e2el_ms,"
+    "median_e2el_ms,p90_e2el_ms,p99_e2el_ms,mean_queue_ms,p99_queue_ms,num_preemptions,num_steps,"
+    "busy_fraction,peak_kv_usage,mean_kv_usage,mean_batch_size,prefix_cache_hit_rate";
+
+static void metrics_row(char *buf, size_t n, const metrics_summary *s)
+{
+    char goodput[32] = ""; /* empty when the point set no SLO */
+    if (!isnan(s->request_goodput)) snprintf(goodput, sizeof goodput, "%.9g", s->request_goodput);
+    snprintf(buf, n,
+             "ok,%lld,%lld,%.9g,%.9g,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,"
+             "%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g",
+             (long long)s->completed, (long long)s->num_rejected, s->duration_s, s->request_throughput,
+             goodput, s->output_throughput, s->total_token_throughput, s->ttft.mean, s->ttft.median,
+             s->ttft.p90, s->ttft.p99, s->tpot.mean, s->tpot.median, s->tpot.p90, s->tpot.p99, s->itl.mean,
+             s->itl.median, s->itl.p99, s->e2el.mean, s->e2el.median, s->e2el.p90, s->e2el.p99, s->queue.mean,
+             s->queue.p99, (long long)s->num_preemptions, (long long)s->num_steps, s->busy_fraction,
+             s->peak_kv_usage, s->mean_kv_usage, s->mean_batch_size, s->prefix_cache_hit_rate);
+}
+
+/* The sim options of point `index`. */
+static int point_options(const sweep_spec *spec, int64_t index, sim_options *o, terr *e)
+{
+    const char **vals = xmalloc((size_t)spec->num_params * sizeof *vals);
+    sweep_point_values(spec, index, vals);
+    *o = (sim_options){0};
+    sim_options_defaults(o);
+    int rc = 0;
+    for (int p = 0; p < spec->num_params && rc == 0; p++)
+        rc = opts_set(sim_option_specs, o, spec->params[p].name, vals[p], e);
+    free(vals);
+    return rc;
+}
+
+static void describe_point(const sweep_spec *spec, int64_t index, char *buf, size_t n)
+{
+    const char **vals = xmalloc((size_t)spec->num_params * sizeof *vals);
+    sweep_point_values(spec, index, vals);
+    size_t k = 0;
+    for (int p = 0; p < spec->num_params && k < n; p++)
+        if (spec->params[p].num_values > 1)
+            k += (size_t)snprintf(buf + k, n - k, "%s%s=%s", k ? ", " : "", spec->params[p].name, vals[p]);
+    if (k == 0) snprintf(buf, n, "the only point");
+    free(vals);
+}
+
+/* Every point must resolve (types, vLLM's start-up rules), every trace must open: a bad spec
+ * fails before anything runs. */
+static int check_points(const sweep_spec *spec, terr *e)
+{
+    for (int64_t i = 0; i < spec->num_points; i++) {
+        sim_options o;
+        sim_setup su;
+        terr pe;
+        int rc = point_options(spec, i, &o, &pe);
+        if (rc == 0) rc = sim_resolve(&o, &su, &pe);
+        if (rc == 0) {
+            trace_reader *tr;
+            trace_options to = {.time_scale = o.time_scale, .max_requests = o.max_requests, .skip_bad_rows = o.skip_bad_rows};
+            rc = trace_open(&tr, o.trace, &to, &pe);
+            if (rc == 0) trace_close(tr);
+        }
+        sim_options_free(&o);
+        if (rc) {
+            char what[1024];
+            describe_point(spec, i, what, sizeof what);
+            return terr_set(e, "%s: point %lld (%s): %s", spec->origin, (long long)i, what, pe.msg);
+        }
+    }
+    return 0;
+}
+
+static void point_dir(char *buf, size_t n, const char *out, const char *id) { snprintf(buf, n, "%s/points/%s", out, id); }
+
+static bool point_done(const char *out, const char *id)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
+    return access(path, F_OK) == 0;
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)type, (void)ftw;
+    return remove(path);
+}
+
+/* rm -rf, without a shell. */
+static int remove_tree(const char *path)
+{
+    if (access(path, F_OK)) return 0;
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Runs point `index` into a temporary directory and renames it into place. Returns 0 when the
+ * point is complete (run, or failed with its error recorded), -1 if it could not be written. */
+static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index, int rank, int size)
+{
+    char id[17], final_dir[4400], tmp[4400], path[9000];
+    sweep_point_id(spec, index, id);
+    point_dir(final_dir, sizeof final_dir, so->out, id);
+    /* what an interrupted earlier attempt at this point left behind */
+    char pdir[4200];
+    snprintf(pdir, sizeof pdir, "%s/points", so->out);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, ".tmp-%s-", id);
+    DIR *d = opendir(pdir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) {
+            snprintf(path, sizeof path, "%s/%s", pdir, de->d_name);
+            remove_tree(path);
+        }
+    }
+    if (d) closedir(d);
+    snprintf(tmp, sizeof tmp, "%s/points/.tmp-%s-%d", so->out, id, (int)getpid());
+    if (mkdir_p(tmp)) return -1;
+
+    sim_options o;
+    sim_setup su;
+    terr e = {{0}};
+    char row[2048];
+    int rc = point_options(spec, index, &o, &e);
+    if (rc == 0) {
+        free(o.out);
+        o.out = xstrdup(tmp);
+        o.quiet = true;
+        o.requests = so->keep_requests;
+        o.steps = so->keep_steps;
+        rc = sim_resolve(&o, &su, &e);
+    }
+    metrics_summary sum;
+    if (rc == 0) rc = sim_run(&o, &su, &sum, &e);
+    sim_options_free(&o);
+    if (rc == 0) metrics_row(row, sizeof row, &sum);
+    else {
+        snprintf(row, sizeof row, "error");
+        snprintf(path, sizeof path, "%s/error.txt", tmp);
+        write_text(path, e.msg);
+    }
+    snprintf(path, sizeof path, "%s/row.csv", tmp);
+    char who[128];
+    snprintf(who, sizeof who, "rank %d of %d, pid %d\n", rank, size, (int)getpid());
+    char who_path[4500];
+    snprintf(who_path, sizeof who_path, "%s/ran_by.txt", tmp);
+    if (write_text(path, row) || write_text(who_path, who)) return -1;
+    if (rename(tmp, final_dir)) {
+        remove_tree(tmp); /* someone else completed it meanwhile: theirs stands */
+        if (!point_done(so->out, id)) return -1;
+    }
+    return 0;
+}
+
+/* ---- progress ---- */
+
+typedef struct progress {
+    bool tty;
+    int64_t total, done, skipped, failed;
+    struct timespec start;
+} progress;
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void progress_show(const progress *p)
+{
+    if (!p->tty) return;
+    double el = since(&p->start), rate = el > 0 ? (double)p->done / el : 0;
+    int64_t left = p->total - p->done - p->skipped - p->failed;
+    double eta = rate > 0 ? (double)left / rate : 0;
+    fprintf(stderr, "\rsweep: %lld/%lld points done (%lld skipped), %.2f points/s, %dm%02ds left   ",
+            (long long)(p->done + p->skipped), (long long)p->total, (long long)p->skipped, rate,
+            (int)(eta / 60), (int)eta % 60);
+    fflush(stderr);
+}
+
+/* ---- the local pool ---- */
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+/* Runs `todo` points with up to `jobs` worker processes (in this process when jobs is 1). */
+static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t *todo, int64_t n, int jobs,
+                     int rank, int size, progress *pr)
+{
+    if (jobs <= 1) {
+        for (int64_t i = 0; i < n && !interrupted; i++) {
+            if (run_point(spec, so, todo[i], rank, size)) pr->failed++;
+            else pr->done++;
+            progress_show(pr);
+        }
+        return;
+    }
+    pid_t *pids = xcalloc((size_t)jobs, sizeof *pids);
+    int64_t next = 0, running = 0;
+    while ((next < n && !interrupted) || running > 0) {
+        while (next < n && running < jobs && !interrupted) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                signal(SIGINT, SIG_DFL);
+                signal(SIGTERM, SIG_DFL);
+                _exit(run_point(spec, so, todo[next], rank, size) ? 1 : 0);
+            }
+            if (pid < 0) break;
+            for (int k = 0; k < jobs; k++)
+                if (!pids[k]) {
+                    pids[k] = pid;
+                    break;
+                }
+            next++;
+            running++;
+        }
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) {
+                if (interrupted)
+                    for (int k = 0; k < jobs; k++)
+                        if (pids[k]) kill(pids[k], SIGTERM);
+                continue;
+            }
+            break;
+        }
+        for (int k = 0; k < jobs; k++)
+            if (pids[k] == pid) pids[k] = 0;
+        running--;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) pr->done++;
+        else pr->failed++;
+        progress_show(pr);
+    }
+    free(pids);
+}
+
+/* ---- results.csv ---- */
+
+static void csv_field(FILE *f, const char *v)
+{
+    if (!strpbrk(v, ",\"\n")) {
+        fputs(v, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *v; v++) {
+        if (*v == '"') fputc('"', f);
+        fputc(*v, f);
+    }
+    fputc('"', f);
+}
+
+static char *read_row(const char *out, const char *id)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[2048];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    return xstrdup(buf);
+}
+
+static int write_results(const sweep_spec *spec, const char *out, char **rows, terr *e)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/results.csv", out);
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return terr_set(e, "%s: cannot write: %s", tmp, strerror(errno));
+    fputs("point,id,", f);
+    for (int p = 0; p < spec->num_params; p++) {
+        csv_field(f, spec->params[p].name);
+        fputc(',', f);
+    }
+    fprintf(f, "status,%s\n", metric_cols);
+    const char **vals = xmalloc((size_t)spec->num_params * sizeof *vals);
+    for (int64_t i = 0; i < spec->num_points; i++) {
+        char id[17];
+        sweep_point_id(spec, i, id);
+        sweep_point_values(spec, i, vals);
+        fprintf(f, "%lld,%s,", (long long)i, id);
+        for (int p = 0; p < spec->num_params; p++) {
+            csv_field(f, vals[p]);
+            fputc(',', f);
+        }
+        fprintf(f, "%s\n", rows[i] ? rows[i] : "missing");
+    }
+    free(vals);
+    if (fclose(f) || rename(tmp, path)) return terr_set(e, "%s: cannot write", path);
+    return 0;
+}
+
+/* ---- main ---- */
+
+static int take_spec(void *dst, const char *arg, terr *e)
+{
+    sweep_opts *so = dst;
+    if (so->spec) return terr_set(e, "unexpected argument \"%s\": one SPEC file only", arg);
+    so->spec = xstrdup(arg);
+    return 0;
+}
+
+static bool started_by_mpirun(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+int sweep_main(int argc, char **argv)
+{
+    /* -j N / -jN is the one short option, as make's */
+    char **args = xcalloc((size_t)argc + 2, sizeof *args);
+    int n = 0;
+    char jbuf[64];
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-j") && i + 1 < argc) {
+            args[n++] = "--jobs";
+            args[n++] = argv[++i];
+        } else if (!strncmp(argv[i], "-j", 2) && argv[i][2]) {
+            snprintf(jbuf, sizeof jbuf, "--jobs=%s", argv[i] + 2);
+            args[n++] = jbuf;
+        } else {
+            args[n++] = argv[i];
+        }
+    }
+    sweep_opts so = {0};
+    opts_defaults(sweep_option_specs, &so);
+    terr e = {{0}};
+    int rc = opts_parse(sweep_option_specs, &so, n, args, take_spec, usage, &e);
+    free(args);
+    int code = 2;
+    sweep_spec spec = {0};
+    if (rc == 1) {
+        code = 0;
+        goto done;
+    }
+    if (rc) goto fail;
+    if (!so.spec) {
+        terr_set(&e, "a SPEC file is required (see --help)");
+        goto fail;
+    }
+    if (!so.out) {
+        terr_set(&e, "--out DIR is required");
+        goto fail;
+    }
+    if (so.jobs < 0 || so.jobs > 4096) {
+        terr_set(&e, "--jobs: %lld is out of range [0, 4096]", (long long)so.jobs);
+        goto fail;
+    }
+    if (sweep_spec_load(&spec, so.spec, &e) || check_points(&spec, &e)) goto fail;
+
+    int rank = 0, size = 1;
+    bool mpi = started_by_mpirun();
+#ifdef TANDEM_HAVE_MPI
+    if (mpi) {
+        MPI_Init(NULL, NULL);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+#else
+    if (mpi) {
+        terr_set(&e, "started by mpirun, but this tandem was built without MPI (install libopenmpi-dev and rebuild)");
+        goto fail;
+    }
+#endif
+    char pdir[4200];
+    snprintf(pdir, sizeof pdir, "%s/points", so.out);
+    if (mkdir_p(pdir)) {
+        terr_set(&e, "--out %s: cannot create %s: %s", so.out, pdir, strerror(errno));
+        code = 1;
+        goto fail_mpi;
+    }
+
+    /* this rank's points that are not done yet */
+    int64_t *todo = xmalloc((size_t)spec.num_points * sizeof *todo), ntodo = 0;
+    progress pr = {.tty = !so.quiet && isatty(2)};
+    clock_gettime(CLOCK_MONOTONIC, &pr.start);
+    for (int64_t i = rank; i < spec.num_points; i += size) {
+        char id[17];
+        sweep_point_id(&spec, i, id);
+        pr.total++;
+        if (point_done(so.out, id)) pr.skipped++;
+        else todo[ntodo++] = i;
+    }
+    int jobs = so.jobs ? (int)so.jobs : mpi ? 1 : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs < 1) jobs = 1;
+    struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    progress_show(&pr);
+    run_pool(&spec, &so, todo, ntodo, jobs, rank, size, &pr);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    free(todo);
+    if (pr.tty) fputc('\n', stderr);
+    if (interrupted) {
+        fprintf(stderr, "tandem sweep: interrupted; %lld points done are kept: rerun the same command to finish\n",
+                (long long)(pr.done + pr.skipped));
+        code = 130;
+        goto fail_mpi_quiet;
+    }
+
+    /* gather every point's row: this rank's from its point directories, the others' over MPI */
+    char **rows = xcalloc((size_t)spec.num_points, sizeof *rows);
+    for (int64_t i = rank; i < spec.num_points; i += size) {
+        char id[17];
+        sweep_point_id(&spec, i, id);
+        rows[i] = read_row(so.out, id);
+    }
+#ifdef TANDEM_HAVE_MPI
+    if (mpi && size > 1) {
+        /* each rank sends "index\trow\n" lines; rank 0 receives them all */
+        size_t cap = 1024, len = 0;
+        char *mine = xmalloc(cap);
+        for (int64_t i = rank; i < spec.num_points; i += size) {
+            if (!rows[i]) continue;
+            size_t need = strlen(rows[i]) + 32;
+            while (len + need >= cap) mine = xrealloc(mine, cap *= 2);
+            len += (size_t)sprintf(mine + len, "%lld\t%s\n", (long long)i, rows[i]);
+        }
+        int mylen = (int)len, *lens = NULL, *displs = NULL;
+        char *all = NULL;
+        if (rank == 0) lens = xcalloc((size_t)size, sizeof *lens), displs = xcalloc((size_t)size, sizeof *displs);
+        MPI_Gather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        int total = 0;
+        if (rank == 0) {
+            for (int r = 0; r < size; r++) displs[r] = total, total += lens[r];
+            all = xmalloc((size_t)total + 1);
+        }
+        MPI_Gatherv(mine, mylen, MPI_CHAR, all, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            all[total] = 0;
+            for (char *line = all, *nl; *line; line = nl + 1) {
+                nl = strchr(line, '\n');
+                *nl = 0;
+                char *tab = strchr(line, '\t');
+                long long i = strtoll(line, NULL, 10);
+                if (tab && i >= 0 && i < spec.num_points && !rows[i]) rows[i] = xstrdup(tab + 1);
+            }
+        }
+        free(mine);
+        free(all);
+        free(lens);
+        free(displs);
+        /* every rank's failures count */
+        int64_t f = pr.failed, tf = 0;
+        MPI_Reduce(&f, &tf, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+        pr.failed = tf;
+    }
+#endif
+    code = 0;
+    if (rank == 0) {
+        int64_t errors = 0, missing = 0;
+        for (int64_t i = 0; i < spec.num_points; i++) {
+            if (!rows[i]) missing++;
+            else if (!strncmp(rows[i], "error", 5)) errors++;
+        }
+        if (write_results(&spec, so.out, rows, &e)) {
+            fprintf(stderr, "tandem sweep: %s\n", e.msg);
+            code = 1;
+        } else if (!so.quiet) {
+            printf("sweep: %lld points (%lld run now, %lld already done, %lld errors, %lld missing) -> %s/results.csv\n",
+                   (long long)spec.num_points, (long long)pr.done, (long long)pr.skipped, (long long)errors,
+                   (long long)missing, so.out);
+        }
+        if (missing) {
+            fprintf(stderr, "tandem sweep: %lld points did not complete; rerun the same command to retry them\n",
+                    (long long)missing);
+            code = 1;
+        }
+    }
+    for (int64_t i = 0; i < spec.num_points; i++) free(rows[i]);
+    free(rows);
+fail_mpi_quiet:
+#ifdef TANDEM_HAVE_MPI
+    if (mpi) MPI_Finalize();
+#endif
+    goto done;
+fail_mpi:
+#ifdef TANDEM_HAVE_MPI
+    if (mpi) MPI_Finalize();
+#endif
+fail:
+    fprintf(stderr, "tandem sweep: %s\n", e.msg);
+done:
+    sweep_spec_free(&spec);
+    free(so.spec);
+    opts_free(sweep_option_specs, &so);
+    return code;
+}

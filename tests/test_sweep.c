@@ -1,0 +1,285 @@
+/*
+ * test_sweep.c: the sweep spec parser (good and bad specs), the results table against a
+ * direct `tandem sim` run, resumption after a kill, -j independence, and a 2-rank MPI sweep
+ * when mpirun is present.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "cli/sweep.h"
+#include "testutil.h"
+
+START_TEST(spec_parses_lists_ranges_quotes_comments)
+{
+    sweep_spec s;
+    terr e;
+    const char *text = "# a sweep\n"
+                       "trace = traces/samples/azure_code_2023.csv   # the bursty one\n"
+                       "\n"
+                       "scheduling-policy = vllm, priority\n"
+                       "--max-num-seqs= 8..32:8\n"
+                       "goodput = \"ttft:500 tpot:50\", \"ttft:1000,tpot:100\"\n";
+    ck_assert_msg(sweep_spec_parse(&s, text, "spec", &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(s.num_params, 4);
+    ck_assert_str_eq(s.params[2].name, "max-num-seqs");
+    ck_assert_int_eq(s.params[2].num_values, 4); /* 8 16 24 32 */
+    ck_assert_str_eq(s.params[2].values[3], "32");
+    ck_assert_str_eq(s.params[3].values[1], "ttft:1000,tpot:100");
+    ck_assert_int_eq(s.num_points, 1 * 2 * 4 * 2);
+    /* last parameter fastest */
+    const char *v[4];
+    sweep_point_values(&s, 1, v);
+    ck_assert_str_eq(v[1], "vllm");
+    ck_assert_str_eq(v[2], "8");
+    ck_assert_str_eq(v[3], "ttft:1000,tpot:100");
+    sweep_point_values(&s, 15, v);
+    ck_assert_str_eq(v[1], "priority");
+    ck_assert_str_eq(v[2], "32");
+    /* ids do not depend on the order of the lines */
+    char id1[17], id2[17];
+    sweep_point_id(&s, 5, id1);
+    sweep_point_values(&s, 5, v);
+    sweep_spec t;
+    char text2[1024];
+    snprintf(text2, sizeof text2, "goodput = \"%s\"\nmax-num-seqs = %s\nscheduling-policy = %s\ntrace = %s\n", v[3], v[2],
+             v[1], v[0]);
+    ck_assert_msg(sweep_spec_parse(&t, text2, "spec2", &e) == 0, "%s", e.msg);
+    sweep_point_id(&t, 0, id2);
+    ck_assert_str_eq(id1, id2);
+    sweep_spec_free(&t);
+    sweep_spec_free(&s);
+}
+END_TEST
+
+START_TEST(bad_specs_name_file_and_line)
+{
+    struct {
+        const char *text, *want;
+    } cases[] = {
+        {"trace = x\nmax-num-sequences = 4\n", "spec:2: unknown option \"max-num-sequences\""},
+        {"trace = x\nmax-num-seqs 4\n", "spec:2: expected \"option = value"},
+        {"trace = x\nmax-num-seqs = 4, abc\n", "spec:2: --max-num-seqs: \"abc\" is not an integer"},
+        {"trace = x\nseed = 1\nseed = 2\n", "spec:3: \"seed\" is already set at line 2"},
+        {"trace = x\nseed = 1,,2\n", "spec:2: empty value"},
+        {"trace = x\nout = here\n", "spec:2: \"out\" is set by the sweep"},
+        {"trace = x\ngoodput = \"ttft:5\n", "spec:2: unterminated quote"},
+        {"trace = x\nseed = 5..1\n", "spec:2: range \"5..1\""},
+        {"seed = 1\n", "spec: no `trace = FILE` line"},
+        {"# only a comment\n\n", "spec: no options"},
+        {"trace = x\r\n", "spec:1: CRLF"},
+        {"trace = x\nenable-prefix-caching = maybe\n", "spec:2: --enable-prefix-caching: \"maybe\" is not true or false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sweep_spec s;
+        terr e = {{0}};
+        ck_assert_msg(sweep_spec_parse(&s, cases[i].text, "spec", &e) != 0, "case %zu parsed", i);
+        ck_assert_msg(strstr(e.msg, cases[i].want), "case %zu: \"%s\" lacks \"%s\"", i, e.msg, cases[i].want);
+    }
+}
+END_TEST
+
+static char *spec_file(const char *dir, const char *body)
+{
+    return write_temp_file(dir, "spec.txt", body);
+}
+
+/* A value that cannot run (an unknown policy) fails before anything runs, naming the point. */
+START_TEST(bad_point_fails_before_running)
+{
+    char *dir = make_temp_dir("sweepbad");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_code_2023.csv\nscheduling-policy = vllm, nope\n");
+    char out[4200];
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(strstr(r.err, "point 1 (scheduling-policy=nope)") && strstr(r.err, "unknown policy"), "%s", r.err);
+    char pts[4300];
+    snprintf(pts, sizeof pts, "%s/points", out);
+    ck_assert_msg(access(pts, F_OK) != 0, "points were created for a bad spec");
+    cli_result_free(&r);
+    r = run_cli("sweep", "no-such-spec.txt", "--out", out, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(strstr(r.err, "no-such-spec.txt: cannot open"), "%s", r.err);
+    cli_result_free(&r);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+static char *read_results(const char *out)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/results.csv", out);
+    return slurp(path, NULL);
+}
+
+/* results.csv has one row per point in spec order, and its numbers are the sim's own. */
+START_TEST(results_table_matches_direct_sim)
+{
+    char *dir = make_temp_dir("sweeptab");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 1500\n"
+                                "scheduling-policy = vllm, orca\nmax-num-seqs = 32, 128\n");
+    char out[4200], sim_out[4200];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(sim_out, sizeof sim_out, "%s/sim", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out, "-j", "2", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    ck_assert_msg(strstr(r.out, "4 points (4 run now, 0 already done, 0 errors, 0 missing)"), "%s", r.out);
+    cli_result_free(&r);
+    char *csv = read_results(out);
+    ck_assert_msg(strstr(csv, "point,id,trace,max-requests,scheduling-policy,max-num-seqs,status,completed,"), "%s", csv);
+    /* point 3 = orca, 128 */
+    char *row3 = strstr(csv, "\n3,");
+    ck_assert_msg(row3 && strstr(row3, ",orca,128,ok,"), "%s", csv);
+    r = run_cli("sim", "--trace", "traces/samples/azure_code_2023.csv", "--max-requests", "1500",
+                "--scheduling-policy", "orca", "--max-num-seqs", "128", "--out", sim_out, "--quiet", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    cli_result_free(&r);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/summary.json", sim_out);
+    char *js = slurp(path, NULL);
+    long completed = strtol(strstr(js, "\"completed\": ") + 13, NULL, 10);
+    double thr = strtod(strstr(js, "\"request_throughput\": ") + 22, NULL);
+    char *p = strstr(row3, ",ok,") + 4;
+    long t_completed = strtol(p, &p, 10);
+    strtol(p + 1, &p, 10);          /* num_rejected */
+    strtod(p + 1, &p);              /* duration */
+    double t_thr = strtod(p + 1, NULL);
+    ck_assert_int_eq(t_completed, completed);
+    ck_assert_msg(t_thr / thr > 0.999999 && t_thr / thr < 1.000001, "throughput %g vs sim %g", t_thr, thr);
+    free(js);
+    free(csv);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+static int count_points(const char *out)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/points", out);
+    DIR *d = opendir(path);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (de->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+/* Kill a sweep midway (SIGKILL: no cleanup), rerun the same command: only the missing points
+ * run, and the table comes out complete and equal to an uninterrupted sweep's. */
+START_TEST(resumes_after_kill_running_only_missing_points)
+{
+    char *dir = make_temp_dir("sweepkill");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_conv_2023.csv\nmax-requests = 8000\n"
+                                "max-num-seqs = 16, 32, 64, 128, 256, 512\nseed = 0, 1\n");
+    char out[4200], ref[4200];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(ref, sizeof ref, "%s/ref", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", 1);
+        dup2(devnull, 1), dup2(devnull, 2);
+        const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+        setpgid(0, 0); /* its own group, so we can kill the workers with it */
+        execl(bin, "tandem", "sweep", spec, "--out", out, "-j", "2", (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    int done = 0;
+    for (int i = 0; i < 3000 && (done = count_points(out)) < 3; i++) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    done = count_points(out);
+    ck_assert_msg(done >= 3 && done < 12, "killed with %d of 12 points done: the test needs a partial sweep", done);
+    cli_result r = run_cli("sweep", spec, "--out", out, "-j", "2", NULL);
+    ck_assert_msg(r.exit_code == 0, "rerun: exit %d: %s", r.exit_code, r.err);
+    char want[128];
+    snprintf(want, sizeof want, "12 points (%d run now, %d already done, 0 errors, 0 missing)", 12 - done, done);
+    ck_assert_msg(strstr(r.out, want), "rerun said \"%s\", expected \"%s\"", r.out, want);
+    cli_result_free(&r);
+    ck_assert_int_eq(count_points(out), 12);
+    /* no half-written point directories left */
+    char pts[4300];
+    snprintf(pts, sizeof pts, "%s/points", out);
+    DIR *d = opendir(pts);
+    for (struct dirent *de; (de = readdir(d));)
+        ck_assert_msg(strncmp(de->d_name, ".tmp-", 5) != 0, "leftover %s", de->d_name);
+    closedir(d);
+    r = run_cli("sweep", spec, "--out", ref, "-j", "1", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    cli_result_free(&r);
+    char *a = read_results(out), *b = read_results(ref);
+    ck_assert_msg(a && b && strcmp(a, b) == 0, "resumed results differ from an uninterrupted -j 1 sweep");
+    free(a);
+    free(b);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+/* A 2-rank sweep under mpirun splits the points: each rank runs some, rank 0 writes the whole
+ * table, equal to a local sweep's. */
+START_TEST(mpi_two_ranks_split_points)
+{
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("mpi_two_ranks_split_points: SKIPPED (no mpirun)\n");
+        return;
+    }
+    char *dir = make_temp_dir("sweepmpi");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 1000\n"
+                                "scheduling-policy = vllm, sarathi, priority\nseed = 0, 1\n");
+    char cmd[8192], out[4200], ref[4200];
+    snprintf(out, sizeof out, "%s/mpi", dir);
+    snprintf(ref, sizeof ref, "%s/ref", dir);
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    snprintf(cmd, sizeof cmd,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,tcp "
+             "mpirun -np 2 --oversubscribe %s sweep %s --out %s > %s/mpi.log 2>&1",
+             bin, spec, out, dir);
+    int rc = system(cmd);
+    char logp[4300];
+    snprintf(logp, sizeof logp, "%s/mpi.log", dir);
+    char *log = slurp(logp, NULL);
+    ck_assert_msg(rc == 0, "mpirun failed (%d):\n%s", rc, log);
+    ck_assert_msg(strstr(log, "6 points"), "%s", log);
+    free(log);
+    snprintf(cmd, sizeof cmd, "cat %s/points/*/ran_by.txt | cut -d, -f1 | sort | uniq -c > %s/ranks.txt", out, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(logp, sizeof logp, "%s/ranks.txt", dir);
+    char *ranks = slurp(logp, NULL);
+    ck_assert_msg(strstr(ranks, "3 rank 0 of 2") && strstr(ranks, "3 rank 1 of 2"), "points per rank:\n%s", ranks);
+    free(ranks);
+    cli_result r = run_cli("sweep", spec, "--out", ref, NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    cli_result_free(&r);
+    char *a = read_results(out), *b = read_results(ref);
+    ck_assert_msg(a && b && strcmp(a, b) == 0, "MPI results differ from a local sweep's");
+    free(a);
+    free(b);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("sweep");
+    TCase *tc = tcase_create("sweep");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, spec_parses_lists_ranges_quotes_comments);
+    tcase_add_test(tc, bad_specs_name_file_and_line);
+    tcase_add_test(tc, bad_point_fails_before_running);
+    tcase_add_test(tc, results_table_matches_direct_sim);
+    tcase_add_test(tc, resumes_after_kill_running_only_missing_points);
+    tcase_add_test(tc, mpi_two_ranks_split_points);
+    suite_add_tcase(s, tc);
+    return run_suite(s) ? 1 : 0;
+}
