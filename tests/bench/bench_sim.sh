@@ -35,3 +35,11 @@ echo "tandem bench ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m)); one core
 run azure_conv_19k traces/samples/azure_conv_2023.csv
 run synthetic_1m "$OUT/synthetic_1m.csv"
 run synthetic_1m_no_steps "$OUT/synthetic_1m.csv" --no-steps
+
+# (c) a 1,000-point sweep over the Azure chat trace on every core of this machine
+rm -rf "$OUT/sweep_1000"
+t0=$(date +%s.%N)
+"$BIN" sweep tests/bench/sweep_1000.spec --out "$OUT/sweep_1000" --quiet
+t1=$(date +%s.%N)
+printf '%-28s wall %7.1f s   (%d points, %d cores)\n' sweep_1000_azure_conv "$(echo "$t1 - $t0" | bc -l)" \
+    "$(($(wc -l < "$OUT/sweep_1000/results.csv") - 1))" "$(nproc)"
