@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gsl/gsl_rng.h>
+
 #include "core/clock.h"
 #include "core/serve.h"
 #include "policies/policies.h"
@@ -38,6 +40,8 @@ const opt_spec sim_option_specs[] = {
     {"seed", OPT_I64, O(seed), "0", "seed of every random draw"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
     {"max-requests", OPT_I64, O(max_requests), "0", "replay only the first N requests (0: all)"},
+    {"priority-classes", OPT_STR, O(priority_classes), "", "replay with priorities drawn per request: fractions F0,F1,... of classes 0,1,... (0 = most important)"},
+    {"num-clients", OPT_I64, O(num_clients), "0", "replay with clients drawn uniformly from 0..N-1 (0: the trace's)"},
     {"skip-bad-rows", OPT_BOOL, O(skip_bad_rows), "false", "skip and count bad trace rows instead of failing"},
     {"requests", OPT_BOOL, O(requests), "true", "write requests.csv"},
     {"steps", OPT_BOOL, O(steps), "true", "write steps.csv"},
@@ -171,7 +175,47 @@ int sim_resolve(const sim_options *o, sim_setup *su, terr *e)
     double swap_blocks = o->swap_space * 1073741824.0 / (double)su->kv.bytes_per_block;
     su->num_host_blocks = c->preemption_mode == PREEMPT_SWAP ? (int32_t)(swap_blocks < INT32_MAX ? swap_blocks : INT32_MAX) : 0;
     if (o->goodput && parse_goodput(o->goodput, su, e)) return -1;
+    if (check_range("num-clients", o->num_clients, 0, 1 << 24, e)) return -1;
+    if (o->priority_classes) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", o->priority_classes);
+        double sum = 0;
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            double f;
+            if (su->num_priority_classes == (int)ARRAY_LEN(su->priority_cdf))
+                return terr_set(e, "--priority-classes: at most %d classes", (int)ARRAY_LEN(su->priority_cdf));
+            if (parse_f64(tok, &f) || f < 0) return terr_set(e, "--priority-classes: \"%s\" is not a fraction", tok);
+            sum += f;
+            su->priority_cdf[su->num_priority_classes++] = sum;
+        }
+        if (su->num_priority_classes == 0 || sum < 0.999999 || sum > 1.000001)
+            return terr_set(e, "--priority-classes: fractions must sum to 1 (got %g)", sum);
+    }
     return 0;
+}
+
+/* Replays a trace with priorities and/or clients drawn per request from a seeded generator
+ * (its own stream, so adding classes does not change the policy's random draws). */
+typedef struct relabel {
+    arrival_source inner;
+    const sim_setup *su;
+    int64_t num_clients;
+    gsl_rng *rng;
+} relabel;
+
+static int relabel_next(void *self, arrival *a, terr *e)
+{
+    relabel *rl = self;
+    int r = rl->inner.next(rl->inner.self, a, e);
+    if (r != 1) return r;
+    if (rl->su->num_priority_classes) {
+        double u = gsl_rng_uniform(rl->rng);
+        int c = 0;
+        while (c + 1 < rl->su->num_priority_classes && u >= rl->su->priority_cdf[c]) c++;
+        a->priority = c;
+    }
+    if (rl->num_clients) a->client_id = (int32_t)gsl_rng_uniform_int(rl->rng, (unsigned long)rl->num_clients);
+    return 1;
 }
 
 void sim_setup_free(sim_setup *su) { (void)su; }
@@ -232,7 +276,15 @@ int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, ter
     tclock_init_sim(&clock);
     serve_result res;
     int code = 0;
-    if (serve_run(&sc, trace_source(tr), ex, &clock, m, NULL, &res, e)) code = 2;
+    relabel rl = {.inner = trace_source(tr), .su = su, .num_clients = o->num_clients};
+    arrival_source src = rl.inner;
+    if (su->num_priority_classes || o->num_clients) {
+        rl.rng = gsl_rng_alloc(gsl_rng_mt19937);
+        gsl_rng_set(rl.rng, (unsigned long)o->seed ^ 0x5eed0fc1a55e5ULL);
+        src = (arrival_source){relabel_next, &rl};
+    }
+    if (serve_run(&sc, src, ex, &clock, m, NULL, &res, e)) code = 2;
+    if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
         if (metrics_finish(m, config_json(o, su, trace_format_name(trace_get_format(tr))), out, e)) code = 1;

@@ -20,8 +20,8 @@
 
 typedef struct sim_options {
     char *trace, *out, *model, *gpu, *cost_model, *scheduling_policy, *preemption_mode,
-        *orca_reserve, *goodput;
-    int64_t max_num_seqs, max_num_batched_tokens, max_model_len, block_size, num_gpu_blocks_override,
+        *orca_reserve, *goodput, *priority_classes;
+    int64_t num_clients, max_num_seqs, max_num_batched_tokens, max_model_len, block_size, num_gpu_blocks_override,
         long_prefill_token_threshold, chunk_size, seed, max_requests, max_steps;
     double gpu_memory_utilization, swap_space, length_predictor_error, time_scale;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
@@ -44,6 +44,8 @@ typedef struct sim_setup {
     kv_capacity kv;           /* num_blocks: what the run uses (override applied) */
     int32_t num_host_blocks;  /* swap space */
     double goodput_ttft_ms, goodput_tpot_ms, goodput_e2el_ms;
+    int num_priority_classes;     /* > 0: priorities drawn on replay (--priority-classes) */
+    double priority_cdf[8];       /* (num_priority_classes) cumulative fractions */
 } sim_setup;
 
 /* Checks the options and resolves model, GPU, KV capacity, policy. Errors name the flag. */

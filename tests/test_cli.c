@@ -47,6 +47,8 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
         {{"--preemption-mode", "evict"}, "--preemption-mode"},
         {{"--goodput", "ttft:abc"}, "--goodput"},
         {{"--bogus"}, "--bogus: unknown option"},
+        {{"--priority-classes", "0.5,0.6"}, "--priority-classes: fractions must sum to 1"},
+        {{"--priority-classes", "0.5,x"}, "--priority-classes: \"x\" is not a fraction"},
         {{"--model", "llama-2-13b", "--gpu-memory-utilization", "0.12"}, "raise --gpu-memory-utilization"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -211,6 +213,33 @@ START_TEST(time_scale_compresses_arrivals)
 }
 END_TEST
 
+/* --priority-classes draws a class per request on replay, in about the given fractions. */
+START_TEST(priority_classes_assigned_on_replay)
+{
+    char *dir = make_temp_dir("prio");
+    cli_result r = run_cli("sim", "--trace", CODE, "--priority-classes", "0.25,0.75", "--scheduling-policy", "priority",
+                           "--out", dir, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/requests.csv", dir);
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int n = 0, high = 0;
+    ck_assert(fgets(line, sizeof line, f));
+    while (fgets(line, sizeof line, f)) {
+        char *c = line;
+        for (int k = 0; k < 14; k++) c = strchr(c, ',') + 1; /* the priority column */
+        n++;
+        high += *c == '0';
+    }
+    fclose(f);
+    ck_assert_int_eq(n, 8819);
+    ck_assert_msg(high > 0.22 * n && high < 0.28 * n, "%d of %d requests in class 0, expected ~25%%", high, n);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -222,6 +251,7 @@ int main(void)
     tcase_add_test(tc, same_seed_gives_byte_identical_outputs);
     tcase_add_test(tc, every_request_ends_exactly_once);
     tcase_add_test(tc, time_scale_compresses_arrivals);
+    tcase_add_test(tc, priority_classes_assigned_on_replay);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
