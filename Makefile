@@ -147,7 +147,6 @@ test: $(BUILD)/tandem $(TEST_BINS)
 DEMO_OUT := $(BUILD)/demo
 demo: $(BUILD)/tandem
 	$(BUILD)/tandem sim --trace traces/samples/azure_conv_2023.csv --out $(DEMO_OUT)
-	@echo "demo: outputs in $(DEMO_OUT)/ (summary.json, requests.csv, steps.csv)"
 
 # ---- benchmarks (not tests) ---------------------------------------------------------------------
 bench: $(BUILD)/tandem
