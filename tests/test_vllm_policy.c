@@ -8,6 +8,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/serve.h"
 #include "policies/policies.h"
@@ -194,6 +195,47 @@ START_TEST(idle_clock_jumps_to_next_arrival)
 }
 END_TEST
 
+/* The same loop on the wall clock (what the real engine uses): steps take real time (this
+ * executor sleeps 2 ms a step) and an idle server sleeps until the next arrival, at 30 ms. */
+static int sleepy_execute(void *self, const batch *b, step_result *out, terr *e)
+{
+    (void)self, (void)b, (void)e;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    nanosleep(&(struct timespec){0, 2 * MS}, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->duration_ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+    out->sampled = NULL;
+    return 0;
+}
+
+START_TEST(wall_clock_runs_in_real_time)
+{
+    static const executor_ops sleepy = {.name = "sleepy", .execute = sleepy_execute};
+    scenario s = base();
+    scenario_add(&s, 0, 4, 2);
+    scenario_add(&s, 30, 4, 2);
+    serve_config sc = {.sched = s.cfg, .policy = &policy_vllm, .num_gpu_blocks = 64};
+    array_source as;
+    tclock clock;
+    tclock_init_wall(&clock);
+    metrics *m;
+    metrics_options mo = {0};
+    terr e;
+    ck_assert(metrics_open(&m, &mo, &e) == 0);
+    serve_result res;
+    ck_assert(serve_run(&sc, array_source_make(&as, s.arrivals, s.n), (executor){&sleepy, NULL}, &clock, m, NULL,
+                        &res, &e) == 0);
+    metrics_summary sum;
+    ck_assert(metrics_finish(m, NULL, &sum, &e) == 0);
+    metrics_free(m);
+    ck_assert_int_eq(res.num_finished, 2);
+    /* 30 ms of idle plus two 2 ms steps for the second request, on the wall */
+    ck_assert_msg(res.end_ns >= 34 * MS && res.end_ns < 200 * MS, "ended at %.1f ms", res.end_ns / 1e6);
+    ck_assert_msg(sum.ttft.mean >= 2.0 && sum.ttft.mean < 50, "TTFT %.2f ms", sum.ttft.mean);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vllm_policy");
@@ -208,6 +250,7 @@ int main(void)
     tcase_add_test(tc, over_long_prompt_rejected_on_arrival);
     tcase_add_test(tc, request_larger_than_cache_rejected);
     tcase_add_test(tc, idle_clock_jumps_to_next_arrival);
+    tcase_add_test(tc, wall_clock_runs_in_real_time);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
