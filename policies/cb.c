@@ -30,6 +30,7 @@ void cb_fifo_requeue(cb_state *s, request *r) { rq_push_front(&s->fifo, r); }
 request *cb_fifo_peek(cb_state *s) { return s->fifo.head; }
 void cb_fifo_remove(cb_state *s, request *r) { rq_remove(&s->fifo, r); }
 void cb_heap_push(cb_state *s, request *r) { rh_push(&s->heap, r); }
+void cb_heap_requeue(cb_state *s, request *r) { rh_push(&s->heap, r); }
 request *cb_heap_peek(cb_state *s) { return rh_peek(&s->heap); }
 void cb_heap_remove(cb_state *s, request *r) { rh_remove(&s->heap, r); }
 
@@ -59,13 +60,18 @@ request *cb_running_max(cb_state *s, req_cmp_fn cmp)
     return worst;
 }
 
-int64_t cb_blocks_held_if(cb_state *s, const request *cand,
-                          bool (*less_important)(const request *r, const request *cand))
+request *cb_displace_least_important(cb_state *s, const request *cand, int32_t need_blocks, req_cmp_fn order,
+                                     bool (*less_important)(const request *r, const request *cand))
 {
-    int64_t held = 0;
-    for (request *r = s->running.head; r; r = r->next)
-        if (less_important(r, cand)) held += r->blocks.len;
-    return held;
+    request *victim = cb_running_max(s, order);
+    if (!victim || !less_important(victim, cand)) return NULL;
+    if (need_blocks > 0) {
+        int64_t held = 0;
+        for (request *r = s->running.head; r; r = r->next)
+            if (less_important(r, cand)) held += r->blocks.len;
+        if (held < need_blocks) return NULL;
+    }
+    return victim;
 }
 
 /* ---- policy_ops ---- */

@@ -74,13 +74,24 @@ void cb_fifo_requeue(cb_state *s, request *r);
 request *cb_fifo_peek(cb_state *s);
 void cb_fifo_remove(cb_state *s, request *r);
 void cb_heap_push(cb_state *s, request *r);
+void cb_heap_requeue(cb_state *s, request *r);
 request *cb_heap_peek(cb_state *s);
 void cb_heap_remove(cb_state *s, request *r);
 
 /* The running request that `cmp` orders last (least important), or NULL if none. */
 request *cb_running_max(cb_state *s, req_cmp_fn cmp);
-/* KV blocks held by running requests for which `less_important(r, cand)` holds. */
-int64_t cb_blocks_held_if(cb_state *s, const request *cand,
-                          bool (*less_important)(const request *r, const request *cand));
+/* The displacement rule priority and srpt share: the running request `order` puts last, if
+ * less_important(it, cand), and only if preempting every running request less important than
+ * cand would free need_blocks. NULL otherwise. */
+request *cb_displace_least_important(cb_state *s, const request *cand, int32_t need_blocks, req_cmp_fn order,
+                                     bool (*less_important)(const request *r, const request *cand));
+
+/* The policy_ops of a cb variant: only the name, summary and create function differ. */
+#define CB_POLICY_OPS(NAME, SUMMARY, CREATE, DESTROY)                                            \
+    {                                                                                            \
+        .name = NAME, .summary = SUMMARY, .create = CREATE, .destroy = DESTROY,                  \
+        .add_request = cb_add_request, .schedule = cb_schedule, .remove_request = cb_remove_request, \
+        .step_done = cb_step_done, .num_running = cb_num_running, .num_waiting = cb_num_waiting, \
+    }
 
 #endif

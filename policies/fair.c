@@ -161,15 +161,7 @@ static void fair_destroy(void *self)
     cb_destroy(self); /* frees ext */
 }
 
-const policy_ops policy_fair = {
-    .name = "fair",
-    .summary = "Virtual Token Counter fair share across the trace's clients (VTC, OSDI 2024)",
-    .create = fair_create,
-    .destroy = fair_destroy,
-    .add_request = cb_add_request,
-    .schedule = cb_schedule,
-    .remove_request = cb_remove_request,
-    .step_done = cb_step_done,
-    .num_running = cb_num_running,
-    .num_waiting = cb_num_waiting,
-};
+const policy_ops policy_fair =
+    CB_POLICY_OPS("fair",
+                  "Virtual Token Counter fair share across the trace's clients (VTC, OSDI 2024)",
+                  fair_create, fair_destroy);

@@ -29,17 +29,12 @@ static request *least_important(cb_state *s, request *r)
 
 static request *displace(cb_state *s, const request *cand, int32_t need_blocks)
 {
-    request *victim = cb_running_max(s, req_cmp_priority);
-    if (!victim || !less_important(victim, cand)) return NULL;
-    if (need_blocks > 0 && cb_blocks_held_if(s, cand, less_important) < need_blocks) return NULL;
-    return victim;
+    return cb_displace_least_important(s, cand, need_blocks, req_cmp_priority, less_important);
 }
-
-static void heap_requeue(cb_state *s, request *r) { cb_heap_push(s, r); }
 
 static const cb_variant priority_variant = {
     .wait_push = cb_heap_push,
-    .wait_requeue = heap_requeue,
+    .wait_requeue = cb_heap_requeue,
     .wait_peek = cb_heap_peek,
     .wait_remove = cb_heap_remove,
     .victim = least_important,
@@ -48,15 +43,7 @@ static const cb_variant priority_variant = {
 
 static void *priority_create(sched_env *env) { return cb_create(env, &priority_variant, req_cmp_priority); }
 
-const policy_ops policy_priority = {
-    .name = "priority",
-    .summary = "priority order (lower = more important); important arrivals preempt less important running requests",
-    .create = priority_create,
-    .destroy = cb_destroy,
-    .add_request = cb_add_request,
-    .schedule = cb_schedule,
-    .remove_request = cb_remove_request,
-    .step_done = cb_step_done,
-    .num_running = cb_num_running,
-    .num_waiting = cb_num_waiting,
-};
+const policy_ops policy_priority =
+    CB_POLICY_OPS("priority",
+                  "priority order (lower = more important); important arrivals preempt less important running requests",
+                  priority_create, cb_destroy);

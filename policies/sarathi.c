@@ -26,15 +26,7 @@ static const cb_variant sarathi_variant = {
 
 static void *sarathi_create(sched_env *env) { return cb_create(env, &sarathi_variant, NULL); }
 
-const policy_ops policy_sarathi = {
-    .name = "sarathi",
-    .summary = "Sarathi-Serve stall-free batching: decodes first, then prefill chunks, --chunk-size tokens a step",
-    .create = sarathi_create,
-    .destroy = cb_destroy,
-    .add_request = cb_add_request,
-    .schedule = cb_schedule,
-    .remove_request = cb_remove_request,
-    .step_done = cb_step_done,
-    .num_running = cb_num_running,
-    .num_waiting = cb_num_waiting,
-};
+const policy_ops policy_sarathi =
+    CB_POLICY_OPS("sarathi",
+                  "Sarathi-Serve stall-free batching: decodes first, then prefill chunks, --chunk-size tokens a step",
+                  sarathi_create, cb_destroy);

@@ -61,17 +61,12 @@ static request *most_remaining(cb_state *s, request *r)
 
 static request *srpt_displace(cb_state *s, const request *cand, int32_t need_blocks)
 {
-    request *victim = cb_running_max(s, cmp_remaining);
-    if (!victim || !more_remaining(victim, cand)) return NULL;
-    if (need_blocks > 0 && cb_blocks_held_if(s, cand, more_remaining) < need_blocks) return NULL;
-    return victim;
+    return cb_displace_least_important(s, cand, need_blocks, cmp_remaining, more_remaining);
 }
-
-static void heap_requeue(cb_state *s, request *r) { cb_heap_push(s, r); }
 
 static const cb_variant sjf_variant = {
     .wait_push = cb_heap_push,
-    .wait_requeue = heap_requeue,
+    .wait_requeue = cb_heap_requeue,
     .wait_peek = cb_heap_peek,
     .wait_remove = cb_heap_remove,
     .on_arrival = predict,
@@ -79,7 +74,7 @@ static const cb_variant sjf_variant = {
 
 static const cb_variant srpt_variant = {
     .wait_push = cb_heap_push,
-    .wait_requeue = heap_requeue,
+    .wait_requeue = cb_heap_requeue,
     .wait_peek = cb_heap_peek,
     .wait_remove = cb_heap_remove,
     .victim = most_remaining,
@@ -90,28 +85,12 @@ static const cb_variant srpt_variant = {
 static void *sjf_create(sched_env *env) { return cb_create(env, &sjf_variant, cmp_job); }
 static void *srpt_create(sched_env *env) { return cb_create(env, &srpt_variant, cmp_remaining); }
 
-const policy_ops policy_sjf = {
-    .name = "sjf",
-    .summary = "shortest (predicted) job first, non-preemptive admission order",
-    .create = sjf_create,
-    .destroy = cb_destroy,
-    .add_request = cb_add_request,
-    .schedule = cb_schedule,
-    .remove_request = cb_remove_request,
-    .step_done = cb_step_done,
-    .num_running = cb_num_running,
-    .num_waiting = cb_num_waiting,
-};
+const policy_ops policy_sjf =
+    CB_POLICY_OPS("sjf",
+                  "shortest (predicted) job first, non-preemptive admission order",
+                  sjf_create, cb_destroy);
 
-const policy_ops policy_srpt = {
-    .name = "srpt",
-    .summary = "shortest (predicted) remaining output first, preempting requests with more work left",
-    .create = srpt_create,
-    .destroy = cb_destroy,
-    .add_request = cb_add_request,
-    .schedule = cb_schedule,
-    .remove_request = cb_remove_request,
-    .step_done = cb_step_done,
-    .num_running = cb_num_running,
-    .num_waiting = cb_num_waiting,
-};
+const policy_ops policy_srpt =
+    CB_POLICY_OPS("srpt",
+                  "shortest (predicted) remaining output first, preempting requests with more work left",
+                  srpt_create, cb_destroy);

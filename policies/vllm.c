@@ -45,15 +45,7 @@ static const cb_variant vllm_variant = {
 
 static void *vllm_create(sched_env *env) { return cb_create(env, &vllm_variant, NULL); }
 
-const policy_ops policy_vllm = {
-    .name = "vllm",
-    .summary = "vLLM V1 default: FCFS, one token budget, running first, preempt the newest",
-    .create = vllm_create,
-    .destroy = cb_destroy,
-    .add_request = cb_add_request,
-    .schedule = cb_schedule,
-    .remove_request = cb_remove_request,
-    .step_done = cb_step_done,
-    .num_running = cb_num_running,
-    .num_waiting = cb_num_waiting,
-};
+const policy_ops policy_vllm =
+    CB_POLICY_OPS("vllm",
+                  "vLLM V1 default: FCFS, one token budget, running first, preempt the newest",
+                  vllm_create, cb_destroy);
