@@ -4,7 +4,8 @@
  * host overheads. docs/costmodel.md derives each term and gives the source of each constant.
  *
  * Parts (all layers are identical, so per-layer parts are costed once and multiplied by L):
- *   per layer  qkv, o_proj, gate_up, down   GEMMs over T = batch->num_tokens tokens
+ *   per layer  qkv, o_proj, gate_up, down   GEMMs over T = batch->num_tokens tokens (plus
+ *                                           num_padding_tokens: rows computed for nothing)
  *              attn_prefill, attn_decode    each group summed over its items, then one roofline
  *                                           (the kernels batch the items)
  *              elementwise                  norms, RoPE, KV-cache write, SiLU-and-mul
@@ -199,7 +200,8 @@ static int64_t roofline_cost(void *self, const batch *b, cost_breakdown *bd)
                 pf_queries += n;
             }
         }
-        double L = r->layers, T = (double)b->num_tokens, kmin = r->kernel_min_s;
+        /* padding rows (static batching) go through every GEMM and elementwise kernel */
+        double L = r->layers, T = (double)(b->num_tokens + b->num_padding_tokens), kmin = r->kernel_min_s;
         for (int g = 0; g < NUM_GEMMS; g++)
             total += gemm_part(r, bd, gemm_names[g], &r->gemm[g], T, L);
         if (pf_queries > 0) {

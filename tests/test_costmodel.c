@@ -422,6 +422,28 @@ START_TEST(test_batched_decode_is_much_cheaper_than_serial)
 }
 END_TEST
 
+/* Padding rows (static batching) cost what real tokens cost in the GEMMs: a 4-token prefill
+ * padded to 512 rows costs about what a 512-token prefill's GEMMs do, and more than unpadded. */
+START_TEST(test_padding_rows_cost_gemm_time)
+{
+    model_config mc = load("llama-2-7b");
+    void *m = make_roofline(&mc, gpu("h200"));
+    batch b;
+    batch_init(&b, 1);
+    add_prefill(&b, 0, 0, 4, true);
+    int64_t bare = roofline_cost_model.step_ns(m, &b);
+    b.num_padding_tokens = 508;
+    int64_t padded = roofline_cost_model.step_ns(m, &b);
+    int64_t real = prefill_ns(m, 0, 512);
+    ck_assert_msg(padded > bare * 3 / 2, "padded %.2f ms vs bare %.2f ms", padded / 1e6, bare / 1e6);
+    /* the real prefill also pays causal attention over 512 tokens: a little more */
+    ck_assert_msg(padded <= real && padded > real * 8 / 10, "padded %.2f ms vs real 512-token %.2f ms",
+                  padded / 1e6, real / 1e6);
+    batch_free(&b);
+    roofline_cost_model.destroy(m);
+}
+END_TEST
+
 START_TEST(test_swaps_cost_bytes_over_host_link)
 {
     model_config mc = load("llama-2-7b");
@@ -562,6 +584,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_breakdown_sums_to_step_and_empty_batch_is_free);
     tcase_add_test(tc, test_slower_gpus_predict_longer_steps);
     tcase_add_test(tc, test_sim_executor_reports_cost_model_time);
+    tcase_add_test(tc, test_padding_rows_cost_gemm_time);
     suite_add_tcase(s, tc);
     return s;
 }
