@@ -15,6 +15,15 @@
  * the length distribution into max_num_seqs / max_num_batched_tokens suggestions whose
  * reasoning is printed as sentences, with step times from the roofline cost model.
  *
+ * The suggestions, each printed with the numbers it came from:
+ *   max_num_seqs = KV blocks / the mean blocks an admitted request ends holding (prompt +
+ *     output, capped at max_model_len), capped at vLLM's API-server default for the GPU class
+ *     (1024 on H100/H200, 256 on A100) and rounded down to a CUDA-graph batch size;
+ *   max_num_batched_tokens = the power of two that covers the p90 prompt, kept within
+ *     [2048, that default's 8192 or 2048]; with chunked prefill off, at least max_model_len.
+ *   The roofline model prices the trade-off: a decode-only step against one that fills the
+ *   budget with a prompt's chunk, for 2048, 4096 and 8192.
+ *
  * Conventions (also in --help and the report):
  *   - span = last arrival - first arrival; mean rate = requests / span.
  *   - standard deviations use the sample variance (N - 1), as GSL does, so the index of
@@ -418,8 +427,8 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
     para(p, "--max-num-batched-tokens %d (chunked prefill on, as in vLLM V1): 90%% of prompts are at most %.0f tokens; ",
          r->max_num_batched_tokens, r->prompt.p90);
     if (want < lo)
-        para(p, "the budget is kept at vLLM's floor of %d, which already prefills them in one step and keeps the GEMMs "
-             "large enough to use the GPU well. ", lo);
+        para(p, "the budget stays at %d, the smallest default vLLM uses (its API server on A100-class GPUs), which "
+             "already prefills them in one step; smaller budgets leave the GEMMs too small to use the GPU well. ", lo);
     else if (want > hi)
         para(p, "covering them in one step would take %d, above %d, vLLM's API-server default on %s; longer prompts "
              "are prefilled in chunks over several steps instead. ", want, hi, r->gpu->name);
@@ -427,8 +436,8 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
         para(p, "the next power of two, %d, prefills 90%% of prompts in one step. ", want);
     if (budget_candidates[bi] == r->max_num_batched_tokens)
         para(p, "On tandem's roofline model of %s, a decode step of %d sequences at ~%d tokens of context (mean prompt + "
-             "half the mean output) takes %.1f ms; filling the rest of a %d-token budget with a prompt's chunk makes "
-             "that step %.1f ms, the inter-token latency every running request sees while a long prompt is prefilled. ",
+             "half the mean output) takes %.1f ms; filling the rest of a %d-token budget with the first chunk of a new "
+             "prompt makes that step %.1f ms (later chunks of a long prompt cost more attention), the inter-token latency every running request sees while a long prompt is prefilled. ",
              r->gpu->name, S, ctx, r->decode_step_ms, r->max_num_batched_tokens, r->mixed_step_ms[bi]);
     para(p, "The trade-off: a larger budget prefills more per step (better prefill throughput and time to first token: "
          "the p90 prompt takes %d step%s at %d, %d at %d), a smaller one bounds the inter-token latency (%.1f ms "
@@ -449,10 +458,18 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
         para(p, "With these two settings the activation reserve is sized for them, and the simulator's KV cache is "
              "%lld blocks (vs %lld above). ",
              (long long)r->kv_blocks_suggested, (long long)r->kv.num_blocks);
+    if (r->has_hashes && r->repeat_fraction > 0.05)
+        para(p, "%.1f%% of the %d-token prompt blocks repeat an earlier one: --enable-prefix-caching (tandem sim and "
+             "vLLM) can skip up to that share of prompt blocks' prefill, if the cache keeps them. ",
+             100.0 * r->repeat_fraction, PREFIX_HASH_BLOCK_TOKENS);
     if (r->rejected > 0)
         para(p, "%.1f%% of the prompts are at least max_model_len long and would be rejected; a model with a context "
              "of %.0f tokens (the p99 total) would serve 99%% of the trace.",
              100.0 * (double)r->rejected / (double)r->requests, ceil(r->total.p99));
+    for (size_t i = 0; i < ARRAY_LEN(r->reasoning); i++) {
+        size_t n = r->reasoning[i] ? strlen(r->reasoning[i]) : 0;
+        while (n > 0 && r->reasoning[i][n - 1] == ' ') r->reasoning[i][--n] = 0;
+    }
     return 0;
 }
 
