@@ -70,11 +70,13 @@ typedef struct engine_opts {
     bool cpu_round_bf16;       /* cpu: round weights, KV and GEMM inputs to bf16 where the GPU
                                   does, so GPU and CPU logits agree to bf16 accumulation error */
     bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
+    bool cuda_pdl;             /* cuda: programmatic dependent launch (kernels overlap their
+                                  neighbours' launch and tail; process-wide) */
     int32_t skinny_max_tokens; /* cuda: GEMMs with at most this many rows use the engine's own
                                   weight-streaming kernel instead of cuBLAS (0: never) */
 } engine_opts;
 
-/* Fills the defaults above (backend "cuda", graphs on, skinny GEMM up to 8 rows). */
+/* Fills the defaults above (backend "cuda", graphs and PDL on, skinny GEMM up to 8 rows). */
 void engine_opts_default(engine_opts *o);
 
 typedef struct engine_backend_ops {

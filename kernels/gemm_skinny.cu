@@ -1,0 +1,112 @@
+// gemm_skinny.cu: y = x w^T for M <= 8 rows (decode), where the cost is streaming the weights
+// once. A warp owns one weight row: each lane loads 16 bytes (8 bf16) at a time, UNROLL loads in
+// flight, multiplies them with the matching 8 values of each of the M activation rows (small,
+// so they stay in L1/L2) and the warp sums its lanes at the end. Weights bypass L1.
+//
+// Bytes: N*K*2 of weights (+ M*K*2 activations from cache, + M*N outputs); FLOPs: 2*M*N*K, far
+// below the tensor-core rate, so the kernel is memory bound and is judged by weight bytes / time.
+//
+// With programmatic dependent launch the first UNROLL weight loads of each warp are issued
+// before griddepcontrol.wait: they overlap the tail of the kernel before (weights are never
+// written, so that is safe).
+#include "kernels/common.cuh"
+
+#define SKINNY_WARPS 8
+#define SKINNY_UNROLL 4
+
+__device__ __forceinline__ float dot8(uint4 w, uint4 x)
+{
+    const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&w);
+    const __nv_bfloat162 *xp = reinterpret_cast<const __nv_bfloat162 *>(&x);
+    float acc = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 a = __bfloat1622float2(wp[i]), b = __bfloat1622float2(xp[i]);
+        acc = fmaf(a.x, b.x, acc);
+        acc = fmaf(a.y, b.y, acc);
+    }
+    return acc;
+}
+
+template <int M, bool OUT_F32>
+__global__ void __launch_bounds__(SKINNY_WARPS * 32)
+gemm_skinny_kernel(const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, void *__restrict__ y,
+                   int32_t N, int32_t K)
+{
+    int lane = threadIdx.x & 31;
+    int n = blockIdx.x * SKINNY_WARPS + (threadIdx.x >> 5);
+    bool active = n < N;
+    int chunks = K / 8; // 16-byte chunks per row
+    const uint4 *wr = reinterpret_cast<const uint4 *>(w + (int64_t)(active ? n : 0) * K);
+    const uint4 *xr = reinterpret_cast<const uint4 *>(x);
+
+    // Prefetch the first batch of weights before waiting for the previous kernel.
+    uint4 wv[SKINNY_UNROLL];
+#pragma unroll
+    for (int u = 0; u < SKINNY_UNROLL; u++) {
+        int c = lane + 32 * u;
+        wv[u] = (active && c < chunks) ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+    }
+    griddep_wait();
+    griddep_launch_next();
+    if (!active) return;
+
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) acc[m] = 0;
+    for (int base = 0; base < chunks; base += 32 * SKINNY_UNROLL) {
+        // Issue the next batch before using this one: 2 * UNROLL loads in flight per lane.
+        uint4 nv[SKINNY_UNROLL];
+        int next = base + 32 * SKINNY_UNROLL;
+#pragma unroll
+        for (int u = 0; u < SKINNY_UNROLL; u++) {
+            int c = next + lane + 32 * u;
+            nv[u] = c < chunks ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < SKINNY_UNROLL; u++) {
+            int c = base + lane + 32 * u;
+            if (c < chunks) {
+#pragma unroll
+                for (int m = 0; m < M; m++) acc[m] += dot8(wv[u], xr[(int64_t)m * chunks + c]);
+            }
+            wv[u] = nv[u];
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; m++) acc[m] = warp_sum(acc[m]);
+    if (lane < M) {
+        float v = acc[0];
+#pragma unroll
+        for (int m = 1; m < M; m++)
+            if (lane == m) v = acc[m];
+        if (OUT_F32) reinterpret_cast<float *>(y)[(int64_t)lane * N + n] = v;
+        else reinterpret_cast<__nv_bfloat16 *>(y)[(int64_t)lane * N + n] = __float2bfloat16_rn(v);
+    }
+}
+
+template <int M>
+static cudaError_t launch_m(const bf16_t *x, const bf16_t *w, void *y, int f32, int32_t N, int32_t K,
+                            cudaStream_t stream)
+{
+    dim3 grid((N + SKINNY_WARPS - 1) / SKINNY_WARPS), block(SKINNY_WARPS * 32);
+    if (f32) return k_launch(gemm_skinny_kernel<M, true>, grid, block, 0, stream, x, w, y, N, K);
+    return k_launch(gemm_skinny_kernel<M, false>, grid, block, 0, stream, x, w, y, N, K);
+}
+
+extern "C" cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32,
+                                     int32_t M, int32_t N, int32_t K, cudaStream_t stream)
+{
+    if (K % 8 || N < 1) return cudaErrorInvalidValue;
+    switch (M) {
+    case 1: return launch_m<1>(x, w, y, y_is_f32, N, K, stream);
+    case 2: return launch_m<2>(x, w, y, y_is_f32, N, K, stream);
+    case 3: return launch_m<3>(x, w, y, y_is_f32, N, K, stream);
+    case 4: return launch_m<4>(x, w, y, y_is_f32, N, K, stream);
+    case 5: return launch_m<5>(x, w, y, y_is_f32, N, K, stream);
+    case 6: return launch_m<6>(x, w, y, y_is_f32, N, K, stream);
+    case 7: return launch_m<7>(x, w, y, y_is_f32, N, K, stream);
+    case 8: return launch_m<8>(x, w, y, y_is_f32, N, K, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
