@@ -11,8 +11,12 @@
  * GEMM; then the final add+norm over the logits rows only and the LM head.
  * GEMMs with at most skinny_max_tokens rows use the weight-streaming kernel (k_gemm_skinny),
  * others cuBLAS (bf16 in, fp32 compute). Pure-decode steps are captured once per batch size as
- * a CUDA graph and replayed; their decode attention grid then covers max_model_len (blocks past
- * a sequence's length exit at once) so one graph serves every context length.
+ * a CUDA graph and replayed, one graph per (batch size, context-length bucket): the decode
+ * attention grid covers the bucket (a power of two), blocks past a sequence's length exit at
+ * once, so a graph serves every length in its bucket.
+ *
+ * Decode attention splits each context into partitions of 32..256 tokens, the largest that still
+ * gives the GPU about 4096 blocks: a batch of 64 long contexts uses 256, a single sequence 32.
  */
 #include "engine/engine.h"
 
@@ -27,8 +31,8 @@
 #include "engine/weights.h"
 #include "kernels/kernels.h"
 
-#define MAX_GRAPHS 32
-#define PF_TILE 64 /* query rows per prefill attention block */
+#define MAX_GRAPHS 128
+#define PF_TILE K_PREFILL_TILE
 
 typedef struct cuda_layer {
     bf16_t *attn_norm; /* (h) */
@@ -40,7 +44,7 @@ typedef struct cuda_layer {
 } cuda_layer;
 
 typedef struct decode_graph {
-    int32_t num_seqs, num_logits;
+    int32_t num_seqs, num_logits, len_bucket;
     cudaGraphExec_t exec;
 } decode_graph;
 
@@ -58,7 +62,7 @@ typedef struct cuda_model {
     model_config mc;
     engine_opts o;
     int32_t S;         /* block table row length */
-    int32_t max_parts; /* decode partitions covering max_model_len */
+    int64_t part_cap;  /* decode partials capacity: sequences x partitions per sequence */
     int32_t max_items; /* prefill attention tiles per step */
     int32_t qkv_dim;
     cudaStream_t stream;
@@ -106,6 +110,27 @@ static meta_layout layout_for(int32_t T, int32_t B, int32_t N, int32_t nd, int32
     l.bt = l.items + 2 * (int64_t)np;
     l.total = l.bt + (int64_t)B * S;
     return l;
+}
+
+static int64_t pow2_at_least(int64_t x)
+{
+    int64_t p = 1;
+    while (p < x) p *= 2;
+    return p;
+}
+
+/* Decode attention partition size for nd sequences whose longest context is `len`: halve from
+ * 256 while the grid has under 4096 blocks, within the partials buffer. */
+static int32_t pick_partition(const cuda_model *m, int32_t nd, int32_t len, int32_t *parts)
+{
+    int32_t groups = m->mc.num_heads, g = m->mc.num_heads / m->mc.num_kv_heads;
+    groups /= g % 8 == 0 ? 8 : g % 4 == 0 ? 4 : g % 2 == 0 ? 2 : 1; /* as kernels/attention.cu */
+    int32_t P = K_DECODE_PARTITION;
+    while (P > 32 && (int64_t)groups * nd * div_ceil_i64(len, P) < 4096 &&
+           (int64_t)nd * div_ceil_i64(len, P / 2) <= m->part_cap)
+        P /= 2;
+    *parts = (int32_t)div_ceil_i64(len, P);
+    return P;
 }
 
 static void cuda_destroy(void *self)
@@ -249,7 +274,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     m->mc = *mc;
     m->o = *o;
     m->S = (int32_t)div_ceil_i64(o->max_model_len, o->block_size);
-    m->max_parts = (int32_t)div_ceil_i64(o->max_model_len, K_DECODE_PARTITION);
+    m->part_cap = (int64_t)o->max_seqs * div_ceil_i64(pow2_at_least(o->max_model_len), K_DECODE_PARTITION);
     m->max_items = (int32_t)div_ceil_i64(o->max_tokens, PF_TILE) + o->max_seqs;
     m->qkv_dim = (mc->num_heads + 2 * mc->num_kv_heads) * hd;
     m->layers = xcalloc((size_t)mc->num_layers, sizeof *m->layers);
@@ -303,8 +328,8 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     TRY(dev_alloc((void **)&m->act, (size_t)(T * I) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->xrows, (size_t)(N * h) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->logits, (size_t)(N * V) * 4, "logits", e));
-    TRY(dev_alloc((void **)&m->partials,
-                  (size_t)N * mc->num_heads * m->max_parts * (hd + 2) * 4, "attention partials", e));
+    TRY(dev_alloc((void **)&m->partials, (size_t)m->part_cap * mc->num_heads * (hd + 2) * 4,
+                  "attention partials", e));
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
     m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
@@ -343,7 +368,7 @@ static int gemm(cuda_model *m, const bf16_t *x, const bf16_t *w, void *y, int y_
 
 /* Enqueues the whole forward pass for a step whose arrays are at `l` in d_meta. */
 static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32_t nd, int32_t np,
-                           int32_t max_parts, const meta_layout *l, terr *e)
+                           int32_t partition, int32_t max_parts, const meta_layout *l, terr *e)
 {
     const model_config *mc = &m->mc;
     int32_t h = mc->hidden_size, I = mc->intermediate_size, nh = mc->num_heads,
@@ -366,7 +391,8 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
         if (gemm(m, m->xn, L->wqkv, m->qkv, 1, T, m->qkv_dim, h, e)) return ENGINE_ERR_DEVICE;
         CU_TRY(k_rope_kv_write(m->qkv, d + l->pos, d + l->slot, T, nh, nkv, hd, m->inv_freq, kc, vc,
                                m->stream));
-        CU_TRY(k_decode_attention(&a, d + l->dec, nd, max_parts, m->partials, m->counters, m->stream));
+        CU_TRY(k_decode_attention(&a, d + l->dec, nd, partition, max_parts, m->partials, m->counters,
+                                  m->stream));
         CU_TRY(k_prefill_attention(&a, d + l->items, np, m->stream));
         if (gemm(m, m->attn, L->wo, m->tmp, 1, T, h, nh * hd, e)) return ENGINE_ERR_DEVICE;
         CU_TRY(k_add_rmsnorm(m->x, m->tmp, L->mlp_norm, NULL, T, h, eps, m->xn, m->stream));
@@ -436,19 +462,24 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
 
     bool pure_decode = nd == B && np == 0 && T == B;
-    if (!pure_decode || !m->o.cuda_graphs)
-        return enqueue_forward(m, T, B, N, nd, np, (int32_t)div_ceil_i64(max_len, K_DECODE_PARTITION),
-                               &l, e);
+    int32_t parts, P;
+    if (!pure_decode || !m->o.cuda_graphs) {
+        P = pick_partition(m, nd, max_len, &parts);
+        return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
+    }
+    /* One graph per (B, N, length bucket); the grid covers the bucket. */
+    int32_t bucket = (int32_t)max_i64(K_DECODE_PARTITION, pow2_at_least(max_len));
+    P = pick_partition(m, nd, bucket, &parts);
     for (int32_t i = 0; i < m->num_graphs; i++)
-        if (m->graphs[i].num_seqs == B && m->graphs[i].num_logits == N) {
+        if (m->graphs[i].num_seqs == B && m->graphs[i].num_logits == N && m->graphs[i].len_bucket == bucket) {
             CU_TRY(cudaGraphLaunch(m->graphs[i].exec, m->stream));
             return 0;
         }
     if (m->num_graphs == MAX_GRAPHS) /* too many shapes: run without a graph */
-        return enqueue_forward(m, T, B, N, nd, np, m->max_parts, &l, e);
+        return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
     cudaGraph_t graph;
     CU_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue_forward(m, T, B, N, nd, np, m->max_parts, &l, e);
+    int rc = enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
     cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
     if (rc) {
         if (end == cudaSuccess) cudaGraphDestroy(graph);
@@ -459,7 +490,7 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     CU_TRY(inst);
-    m->graphs[m->num_graphs++] = (decode_graph){B, N, exec};
+    m->graphs[m->num_graphs++] = (decode_graph){B, N, bucket, exec};
     CU_TRY(cudaGraphLaunch(exec, m->stream));
     return 0;
 }

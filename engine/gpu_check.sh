@@ -8,19 +8,21 @@ set -u -o pipefail
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/tandem-gpu-check}
 what=${1:-all}
+# Each stage is bounded, so a hang costs one stage, not the whole lease.
+T_TEST=${T_TEST:-240} T_HF=${T_HF:-240} T_BENCH=${T_BENCH:-300}
 mkdir -p "$OUT"
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$OUT/gpu.txt"
 
 if [ "$what" = test ] || [ "$what" = all ]; then
     echo "== test_engine_gpu"
-    TANDEM_REQUIRE_GPU=1 TANDEM_BIN="$BIN/tandem" "$BIN/tests/test_engine_gpu" 2>&1 | tee "$OUT/test_gpu.log" || status=1
+    TANDEM_REQUIRE_GPU=1 TANDEM_BIN="$BIN/tandem" timeout -k 5 "$T_TEST" "$BIN/tests/test_engine_gpu" 2>&1 | tee "$OUT/test_gpu.log" || status=1
     echo "== compare_hf"
-    PYTHONUNBUFFERED=1 python3 engine/compare_hf.py --tandem "$BIN/tandem" 2>&1 | tee "$OUT/compare_hf.log" || status=1
+    PYTHONUNBUFFERED=1 timeout -k 5 "$T_HF" python3 engine/compare_hf.py --tandem "$BIN/tandem" 2>&1 | tee "$OUT/compare_hf.log" || status=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== bench_engine_gpu"
-    "$BIN/bench_engine_gpu" "${BENCH:-all}" 2>&1 | tee "$OUT/bench.log" || status=1
+    timeout -k 5 "$T_BENCH" "$BIN/bench_engine_gpu" "${BENCH:-all}" 2>&1 | tee "$OUT/bench.log" || status=1
 fi
 
 echo

@@ -30,14 +30,13 @@
 
 template <int HD, int G>
 __global__ void __launch_bounds__(DEC_THREADS)
-decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t max_parts, float *partials,
-                   int32_t *counters)
+decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts,
+                   float *partials, int32_t *counters)
 {
-    constexpr int P = K_DECODE_PARTITION;
     constexpr int LPT = HD / 8;  // lanes per K/V row (16 bytes each)
     constexpr int TPW = 32 / LPT; // rows per warp per step
     constexpr int STEP = DEC_WARPS * TPW;
-    __shared__ float s_p[G][P];             // scores, then probabilities
+    __shared__ float s_p[G][K_DECODE_PARTITION]; // scores, then probabilities
     __shared__ float s_red[DEC_WARPS][G][HD]; // per-warp output partials
     __shared__ float s_stat[2][G];           // max, sum
     __shared__ int s_last;
@@ -213,42 +212,45 @@ decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t max_parts,
 
 template <int HD, int G>
 static cudaError_t launch_decode(const k_attn_args *a, const int32_t *decode_seqs, int32_t num_decode,
-                                 int32_t max_parts, float *partials, int32_t *counters,
+                                 int32_t P, int32_t max_parts, float *partials, int32_t *counters,
                                  cudaStream_t stream)
 {
     dim3 grid(a->nh / G, num_decode, max_parts);
     return k_launch(decode_attn_kernel<HD, G>, grid, dim3(DEC_THREADS), 0, stream, *a, decode_seqs,
-                    max_parts, partials, counters);
+                    P, max_parts, partials, counters);
 }
 
 template <int HD>
-static cudaError_t decode_hd(const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t mp,
-                             float *partials, int32_t *counters, cudaStream_t stream)
+static cudaError_t decode_hd(const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t P,
+                             int32_t mp, float *partials, int32_t *counters, cudaStream_t stream)
 {
     int group = a->nh / a->nkv;
     // Heads per block: the whole GQA group when it is 1, 2, 4 or 8; else one head per block.
-    if (group % 8 == 0) return launch_decode<HD, 8>(a, ds, nd, mp, partials, counters, stream);
-    if (group % 4 == 0) return launch_decode<HD, 4>(a, ds, nd, mp, partials, counters, stream);
-    if (group % 2 == 0) return launch_decode<HD, 2>(a, ds, nd, mp, partials, counters, stream);
-    return launch_decode<HD, 1>(a, ds, nd, mp, partials, counters, stream);
+    if (group % 8 == 0) return launch_decode<HD, 8>(a, ds, nd, P, mp, partials, counters, stream);
+    if (group % 4 == 0) return launch_decode<HD, 4>(a, ds, nd, P, mp, partials, counters, stream);
+    if (group % 2 == 0) return launch_decode<HD, 2>(a, ds, nd, P, mp, partials, counters, stream);
+    return launch_decode<HD, 1>(a, ds, nd, P, mp, partials, counters, stream);
 }
 
 extern "C" cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
-                                          int32_t num_decode, int32_t max_partitions,
-                                          float *partials, int32_t *counters, cudaStream_t stream)
+                                          int32_t num_decode, int32_t partition,
+                                          int32_t max_partitions, float *partials,
+                                          int32_t *counters, cudaStream_t stream)
 {
     if (num_decode == 0) return cudaSuccess;
+    if (partition < 32 || partition > K_DECODE_PARTITION || (partition & (partition - 1)))
+        return cudaErrorInvalidValue;
     switch (a->hd) {
-    case 32: return decode_hd<32>(a, decode_seqs, num_decode, max_partitions, partials, counters, stream);
-    case 64: return decode_hd<64>(a, decode_seqs, num_decode, max_partitions, partials, counters, stream);
-    case 128: return decode_hd<128>(a, decode_seqs, num_decode, max_partitions, partials, counters, stream);
+    case 32: return decode_hd<32>(a, decode_seqs, num_decode, partition, max_partitions, partials, counters, stream);
+    case 64: return decode_hd<64>(a, decode_seqs, num_decode, partition, max_partitions, partials, counters, stream);
+    case 128: return decode_hd<128>(a, decode_seqs, num_decode, partition, max_partitions, partials, counters, stream);
     default: return cudaErrorInvalidValue;
     }
 }
 
 // ---- prefill ----------------------------------------------------------------------------------
 
-#define PF_BQ 64
+#define PF_BQ K_PREFILL_TILE
 #define PF_BK 64
 #define PF_THREADS 128
 
@@ -373,15 +375,21 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                 mma_bf16(s[j], qf[kk], *reinterpret_cast<const uint32_t *>(kp),
                          *reinterpret_cast<const uint32_t *>(kp + 8));
             }
-        // Causal mask, then the online softmax update for rows r0 (elements 0, 1) and r1 (2, 3).
+        // Causal mask (only tiles reaching past the warp's first row need one), then the online
+        // softmax update for rows r0 (elements 0, 1) and r1 (2, 3).
+        if (kt * PF_BK + PF_BK - 1 > ctx + i0 + warp * 16) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int key = kt * PF_BK + j * 8 + tq * 2;
+                if (key > qpos0) s[j][0] = -INFINITY;
+                if (key + 1 > qpos0) s[j][1] = -INFINITY;
+                if (key > qpos1) s[j][2] = -INFINITY;
+                if (key + 1 > qpos1) s[j][3] = -INFINITY;
+            }
+        }
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            int key = kt * PF_BK + j * 8 + tq * 2;
-            if (key > qpos0) s[j][0] = -INFINITY;
-            if (key + 1 > qpos0) s[j][1] = -INFINITY;
-            if (key > qpos1) s[j][2] = -INFINITY;
-            if (key + 1 > qpos1) s[j][3] = -INFINITY;
             mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
             mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
         }

@@ -6,12 +6,18 @@
 // Bytes: N*K*2 of weights (+ M*K*2 activations from cache, + M*N outputs); FLOPs: 2*M*N*K, far
 // below the tensor-core rate, so the kernel is memory bound and is judged by weight bytes / time.
 //
-// With programmatic dependent launch the first UNROLL weight loads of each warp are issued
-// before griddepcontrol.wait: they overlap the tail of the kernel before (weights are never
-// written, so that is safe).
+// With programmatic dependent launch, before griddepcontrol.wait each warp asks the bulk copy
+// engine to pull its whole row into L2 and issues its first UNROLL loads: a decode step's small
+// kernels (norm, RoPE, attention) barely use memory bandwidth, so the GEMM's weights stream in
+// behind them (weights are never written, so reading them early is safe).
 #include "kernels/common.cuh"
 
-#define SKINNY_WARPS 8
+// Two warps per block: rows spread evenly over the SMs (8-warp blocks left some SMs a third
+// more rows than others on a 4096-row matrix).
+#define SKINNY_WARPS 2
+
+int k_l2_prefetch_enabled = 1;
+extern "C" void k_set_l2_prefetch(int on) { k_l2_prefetch_enabled = on; }
 #define SKINNY_UNROLL 4
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x)
@@ -31,7 +37,7 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x)
 template <int M, bool OUT_F32>
 __global__ void __launch_bounds__(SKINNY_WARPS * 32)
 gemm_skinny_kernel(const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, void *__restrict__ y,
-                   int32_t N, int32_t K)
+                   int32_t N, int32_t K, int prefetch)
 {
     int lane = threadIdx.x & 31;
     int n = blockIdx.x * SKINNY_WARPS + (threadIdx.x >> 5);
@@ -40,7 +46,10 @@ gemm_skinny_kernel(const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, v
     const uint4 *wr = reinterpret_cast<const uint4 *>(w + (int64_t)(active ? n : 0) * K);
     const uint4 *xr = reinterpret_cast<const uint4 *>(x);
 
-    // Prefetch the first batch of weights before waiting for the previous kernel.
+    // Prefetch before waiting for the previous kernel: the row into L2, the first batch into
+    // registers.
+    if (prefetch && active && lane == 0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wr), "r"(K * 2) : "memory");
     uint4 wv[SKINNY_UNROLL];
 #pragma unroll
     for (int u = 0; u < SKINNY_UNROLL; u++) {
@@ -90,8 +99,9 @@ static cudaError_t launch_m(const bf16_t *x, const bf16_t *w, void *y, int f32, 
                             cudaStream_t stream)
 {
     dim3 grid((N + SKINNY_WARPS - 1) / SKINNY_WARPS), block(SKINNY_WARPS * 32);
-    if (f32) return k_launch(gemm_skinny_kernel<M, true>, grid, block, 0, stream, x, w, y, N, K);
-    return k_launch(gemm_skinny_kernel<M, false>, grid, block, 0, stream, x, w, y, N, K);
+    int pf = k_l2_prefetch_enabled;
+    if (f32) return k_launch(gemm_skinny_kernel<M, true>, grid, block, 0, stream, x, w, y, N, K, pf);
+    return k_launch(gemm_skinny_kernel<M, false>, grid, block, 0, stream, x, w, y, N, K, pf);
 }
 
 extern "C" cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32,

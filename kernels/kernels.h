@@ -30,6 +30,8 @@ typedef uint16_t bf16_t;
 
 /* Turns programmatic dependent launch on or off for later launches (default on). */
 void k_set_pdl(int on);
+/* Turns the skinny GEMM's early L2 prefetch of its weight rows on or off (default on). */
+void k_set_l2_prefetch(int on);
 
 /* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (engine/numerics.h), i < n. */
 cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint32_t tensor_id, float mean,
@@ -56,8 +58,9 @@ cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions, const int32_t 
 cudaError_t k_silu_mul(const bf16_t *gu, int32_t T, int32_t I, bf16_t *out, cudaStream_t stream);
 
 /* y = x w^T for few rows (M <= 8): x (M, K) bf16, w (N, K) bf16, y (M, N) float or bf16.
- * One warp per weight row streams it with 16-byte loads; the weight traffic is the whole cost,
- * which cuBLAS at this shape does not get close to the memory roofline. K % 8 == 0. */
+ * One warp per weight row streams it with 16-byte loads; the weight traffic is the whole cost.
+ * Before waiting for the previous kernel each warp asks for its row to be pulled into L2
+ * (cp.async.bulk.prefetch), so weight streaming overlaps the small kernels before it. K % 8 == 0. */
 cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32, int32_t M,
                           int32_t N, int32_t K, cudaStream_t stream);
 
@@ -76,8 +79,9 @@ typedef struct k_attn_args {
     float scale;                  /* 1/sqrt(hd) */
 } k_attn_args;
 
-/* Tokens per partition of the decode kernel: a context of L tokens is split over
- * ceil(L / K_DECODE_PARTITION) thread blocks per head group, combined by the last to finish. */
+/* Tokens per partition of the decode kernel, at most: a context of L tokens is split over
+ * ceil(L / partition) thread blocks per head group (partition a power of two in [32, 256],
+ * chosen by the caller to fill the GPU), combined by the last block to finish. */
 #define K_DECODE_PARTITION 256
 
 /* Decode attention for the sequences listed in decode_seqs (each has exactly one new row):
@@ -85,10 +89,13 @@ typedef struct k_attn_args {
  * partials: (num_decode, nh, max_partitions, hd + 2) floats; counters: (num_decode, nh) ints,
  * zero before the first launch and left zero by every launch. hd in {32, 64, 128}. */
 cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs, int32_t num_decode,
-                               int32_t max_partitions, float *partials, int32_t *counters,
-                               cudaStream_t stream);
+                               int32_t partition, int32_t max_partitions, float *partials,
+                               int32_t *counters, cudaStream_t stream);
 
-/* Causal attention for query tiles of 64 rows: items (num_items, 2) = (sequence, first row
+/* Query rows per block of the prefill kernel. */
+#define K_PREFILL_TILE 64
+
+/* Causal attention for query tiles of K_PREFILL_TILE rows: items (num_items, 2) = (sequence, first row
  * offset within it). Row i of sequence b is position seq_len - n_b + i and attends keys
  * 0..position, all read from the paged cache (the new chunk's K/V were written first): this
  * serves prefill and chunked prefill alike. Tensor cores (mma.sync bf16, fp32 accumulate),

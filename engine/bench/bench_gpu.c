@@ -193,14 +193,15 @@ static void gemms(void)
 
 typedef struct attn_ctx {
     k_attn_args a[4]; /* rotated: each its own KV and block tables */
-    int32_t *dec, *items, nd, np, max_parts;
+    int32_t *dec, *items, nd, np, partition, max_parts;
     float *partials;
     int32_t *counters;
 } attn_ctx;
 static void do_decode(void *c, int i)
 {
     attn_ctx *x = c;
-    CK(k_decode_attention(&x->a[i % 4], x->dec, x->nd, x->max_parts, x->partials, x->counters, stream));
+    CK(k_decode_attention(&x->a[i % 4], x->dec, x->nd, x->partition, x->max_parts, x->partials,
+                          x->counters, stream));
 }
 static void do_prefill(void *c, int i)
 {
@@ -231,12 +232,16 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
     for (int b = 0; b < B && n > 1; b++)
         for (int i = (n - 1) / 64 * 64; i >= 0; i -= 64) items[2 * x.np] = b, items[2 * x.np + 1] = i, x.np++;
     x.nd = n == 1 ? B : 0;
-    x.max_parts = (len + K_DECODE_PARTITION - 1) / K_DECODE_PARTITION;
+    /* the engine's rule: halve the partition from 256 while the grid has under 4096 blocks */
+    int groups = nh / (nh / nkv >= 8 ? 8 : nh / nkv >= 4 ? 4 : nh / nkv >= 2 ? 2 : 1);
+    x.partition = K_DECODE_PARTITION;
+    while (x.partition > 32 && (long)groups * B * ((len + x.partition - 1) / x.partition) < 4096) x.partition /= 2;
+    x.max_parts = (len + x.partition - 1) / x.partition;
     x.dec = dupload(dec, sizeof(int32_t) * (size_t)B);
     x.items = dupload(items, sizeof(int32_t) * 2 * (size_t)(x.np + 1));
     int32_t *dqsl = dupload(qsl, sizeof(int32_t) * (size_t)(B + 1)), *dlens = dupload(lens, sizeof(int32_t) * (size_t)B);
     int32_t *dbt = dupload(bt, sizeof(int32_t) * (size_t)B * S);
-    CK(cudaMalloc((void **)&x.partials, (size_t)B * nh * x.max_parts * (hd + 2) * 4));
+    CK(cudaMalloc((void **)&x.partials, (size_t)B * nh * x.max_parts * (hd + 2) * 4 + 16));
     CK(cudaMalloc((void **)&x.counters, (size_t)B * nh * 4));
     CK(cudaMemset(x.counters, 0, (size_t)B * nh * 4));
     size_t cache = (size_t)B * S * bs * nkv * hd * 2;
@@ -258,7 +263,8 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
                                .nkv = nkv, .hd = hd, .block_size = bs, .scale = 1.0f / sqrtf(hd)};
     }
     char shape[80];
-    snprintf(shape, sizeof shape, "B=%d ctx=%d n=%d heads %d/%d hd 128", B, ctx, n, nh, nkv);
+    snprintf(shape, sizeof shape, "B=%d ctx=%d n=%d heads %d/%d hd 128%s", B, ctx, n, nh, nkv,
+             n == 1 ? (x.partition == 256 ? " P=256" : x.partition == 128 ? " P=128" : x.partition == 64 ? " P=64" : " P=32") : "");
     if (n == 1) {
         double bytes = 2.0 * B * len * nkv * hd * 2;
         double t = time_it(do_decode, &x, 10, 15);
@@ -450,13 +456,15 @@ static void whole_steps(void)
     engine_close(&eng);
 
     /* Variants of the batch-1 decode step (small KV: one sequence). */
-    struct { const char *name; bool graphs, pdl; int skinny; } v[] = {
-        {"graphs, no PDL, skinny", true, false, 8},
-        {"no graphs, PDL, skinny", false, true, 8},
-        {"no graphs, no PDL, skinny", false, false, 8},
-        {"graphs+PDL, cuBLAS only", true, true, 0},
+    struct { const char *name; bool graphs, pdl; int skinny, l2; } v[] = {
+        {"graphs+PDL, no L2 prefetch", true, true, 8, 0},
+        {"graphs, no PDL, skinny", true, false, 8, 1},
+        {"no graphs, PDL, skinny", false, true, 8, 1},
+        {"no graphs, no PDL, skinny", false, false, 8, 1},
+        {"graphs+PDL, cuBLAS only", true, true, 0, 1},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        k_set_l2_prefetch(v[i].l2);
         if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny)) exit(1);
         eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0);
         do_step(&(step_ctx){&eng, fill}, 0);
@@ -467,6 +475,7 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
+    k_set_l2_prefetch(1);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
