@@ -283,18 +283,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (HD + 8) * 2; }
+// K and V double buffers; the Q tile is staged in K's second buffer (its fragments move to
+// registers before that buffer is first filled), so 3 blocks fit per SM.
+static_assert(PF_BQ == PF_BK, "the Q tile is staged in a K buffer");
+template <int HD> constexpr int pf_smem_bytes() { return 4 * PF_BK * (HD + 8) * 2; }
 
 template <int HD>
-__global__ void __launch_bounds__(PF_THREADS)
+__global__ void __launch_bounds__(PF_THREADS, 3)
 prefill_attn_kernel(k_attn_args a, const int32_t *items)
 {
     constexpr int LDS = HD + 8; // shared row stride (bf16): +16 bytes keeps fragment loads conflict-free
     constexpr int KSTEPS = HD / 16, NT = HD / 8;
     extern __shared__ __align__(16) uint16_t smem[];
-    uint16_t *sQ = smem;                  // (BQ, LDS)
-    uint16_t *sK = sQ + PF_BQ * LDS;      // (2, BK, LDS)
+    uint16_t *sK = smem;                  // (2, BK, LDS)
     uint16_t *sV = sK + 2 * PF_BK * LDS;  // (2, BK, LDS)
+    uint16_t *sQ = sK + PF_BK * LDS;      // (BQ, LDS): K buffer 1 until tile 1 is loaded
 
     griddep_wait();
     griddep_launch_next();
@@ -343,6 +346,7 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
         qf[kk][2] = *reinterpret_cast<const uint32_t *>(p + 8);
         qf[kk][3] = *reinterpret_cast<const uint32_t *>(p + 8 * LDS + 8);
     }
+    __syncthreads(); // every warp holds its Q fragments: K buffer 1 may be refilled
     // This thread's two rows (g and g + 8 of the warp's 16); rows past nq borrow the last
     // valid position so their (discarded) softmax stays finite.
     const int r0 = warp * 16 + g, r1 = r0 + 8;
