@@ -14,6 +14,7 @@ ifeq ($(CUDA),1)
 $(ENGINE_BENCH): $(BUILD)/rel/engine/bench/bench_gpu.o $(REL_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+all: $(ENGINE_BENCH)
 else
 $(ENGINE_BENCH):
 	@echo "bench-gpu needs CUDA (nvcc)" >&2; exit 1
