@@ -6,17 +6,20 @@
 // Bytes: N*K*2 of weights (+ M*K*2 activations from cache, + M*N outputs); FLOPs: 2*M*N*K, far
 // below the tensor-core rate, so the kernel is memory bound and is judged by weight bytes / time.
 //
-// With programmatic dependent launch, before griddepcontrol.wait each warp asks the bulk copy
-// engine to pull its whole row into L2 and issues its first UNROLL loads: a decode step's small
-// kernels (norm, RoPE, attention) barely use memory bandwidth, so the GEMM's weights stream in
-// behind them (weights are never written, so reading them early is safe).
+// With programmatic dependent launch, each warp issues its first UNROLL weight loads before
+// griddepcontrol.wait, overlapping the tail of the kernel before (weights are never written, so
+// reading them early is safe). Optionally (k_set_l2_prefetch, off by default) it also asks the
+// bulk copy engine to pull its whole row into L2 first.
 #include "kernels/common.cuh"
 
 // Two warps per block: rows spread evenly over the SMs (8-warp blocks left some SMs a third
 // more rows than others on a 4096-row matrix).
 #define SKINNY_WARPS 2
 
-int k_l2_prefetch_enabled = 1;
+// Off by default: measured on the H200 (docs/engine.md) the early bulk prefetch made a batch-1
+// decode step slower (5.42 ms against 4.67 ms), presumably because the loads that follow it
+// duplicate its traffic rather than hit in L2.
+int k_l2_prefetch_enabled = 0;
 extern "C" void k_set_l2_prefetch(int on) { k_l2_prefetch_enabled = on; }
 #define SKINNY_UNROLL 4
 

@@ -30,7 +30,8 @@ typedef uint16_t bf16_t;
 
 /* Turns programmatic dependent launch on or off for later launches (default on). */
 void k_set_pdl(int on);
-/* Turns the skinny GEMM's early L2 prefetch of its weight rows on or off (default on). */
+/* Turns the skinny GEMM's early L2 bulk prefetch of its weight rows on or off (default off: it
+ * measured slower, see docs/engine.md). */
 void k_set_l2_prefetch(int on);
 
 /* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (engine/numerics.h), i < n. */
@@ -58,9 +59,8 @@ cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions, const int32_t 
 cudaError_t k_silu_mul(const bf16_t *gu, int32_t T, int32_t I, bf16_t *out, cudaStream_t stream);
 
 /* y = x w^T for few rows (M <= 8): x (M, K) bf16, w (N, K) bf16, y (M, N) float or bf16.
- * One warp per weight row streams it with 16-byte loads; the weight traffic is the whole cost.
- * Before waiting for the previous kernel each warp asks for its row to be pulled into L2
- * (cp.async.bulk.prefetch), so weight streaming overlaps the small kernels before it. K % 8 == 0. */
+ * One warp per weight row streams it with 16-byte loads; the weight traffic is the whole cost,
+ * and its first loads are issued before waiting for the previous kernel. K % 8 == 0. */
 cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32, int32_t M,
                           int32_t N, int32_t K, cudaStream_t stream);
 

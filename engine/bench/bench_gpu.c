@@ -457,11 +457,11 @@ static void whole_steps(void)
 
     /* Variants of the batch-1 decode step (small KV: one sequence). */
     struct { const char *name; bool graphs, pdl; int skinny, l2; } v[] = {
-        {"graphs+PDL, no L2 prefetch", true, true, 8, 0},
-        {"graphs, no PDL, skinny", true, false, 8, 1},
-        {"no graphs, PDL, skinny", false, true, 8, 1},
-        {"no graphs, no PDL, skinny", false, false, 8, 1},
-        {"graphs+PDL, cuBLAS only", true, true, 0, 1},
+        {"graphs+PDL, with L2 prefetch", true, true, 8, 1},
+        {"graphs, no PDL, skinny", true, false, 8, 0},
+        {"no graphs, PDL, skinny", false, true, 8, 0},
+        {"no graphs, no PDL, skinny", false, false, 8, 0},
+        {"graphs+PDL, cuBLAS only", true, true, 0, 0},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         k_set_l2_prefetch(v[i].l2);
@@ -475,7 +475,13 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
-    k_set_l2_prefetch(1);
+    k_set_l2_prefetch(0);
+    /* The prefill step without programmatic dependent launch. */
+    if (open_7b(&eng, 2048, 1, S, false, false, 8)) exit(1);
+    s = make_step(&sb, 1, 0, 2048, S, bs, 0);
+    t = time_step(&eng, s, 2, 5);
+    row("STEP prefill 2048 (1 seq)", "T=2048, no PDL", t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+    engine_close(&eng);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
