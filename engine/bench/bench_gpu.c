@@ -1,0 +1,520 @@
+/*
+ * bench_gpu.c: `make bench-gpu`: what the engine's kernels and whole steps achieve on the GPU,
+ * against ceilings measured in the same run (device-to-device copy bandwidth, counting bytes
+ * read + written; cuBLAS bf16 GEMM rate at 8192^3). Benchmarks are not tests: nothing here
+ * fails on a slow number; docs/engine.md records the figures with this command.
+ *
+ * Method (.library METHOD.md): CUDA events on the stream, warm-up first, the median of repeats;
+ * random data (never zeros); inputs rotated over copies that together exceed the 60 MB L2, so
+ * bandwidth figures are device memory's. Shapes are Llama-2-7B's unless said otherwise.
+ *
+ * Output: a markdown table on stdout (kernel, shape, time, achieved rate, ceiling fraction,
+ * roofline prediction).
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "kernels/kernels.h"
+
+#define CK(call)                                                                                  \
+    do {                                                                                          \
+        cudaError_t err_ = (call);                                                                \
+        if (err_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+#define CKB(call)                                                                                 \
+    do {                                                                                          \
+        cublasStatus_t st_ = (call);                                                              \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasGetStatusString(st_)); \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+static cudaStream_t stream;
+static cublasHandle_t blas;
+static double copy_bw, gemm_rate; /* measured ceilings: bytes/s, FLOP/s */
+
+static void *dmalloc_random(size_t bytes, uint32_t id)
+{
+    void *p;
+    CK(cudaMalloc(&p, bytes));
+    CK(k_synth_bf16(p, (int64_t)(bytes / 2), 7, id, 0.0f, 0.5f, stream)); /* random bf16 bits */
+    return p;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median seconds per call of fn(i) (i counts calls, for rotating buffers): `reps` samples of
+ * `inner` calls each, after `inner` warm-up calls. */
+typedef void (*bench_fn)(void *ctx, int i);
+static double time_it(bench_fn fn, void *ctx, int inner, int reps)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    int calls = 0;
+    for (int i = 0; i < inner; i++) fn(ctx, calls++);
+    CK(cudaStreamSynchronize(stream));
+    double t[64];
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a, stream));
+        for (int i = 0; i < inner; i++) fn(ctx, calls++);
+        CK(cudaEventRecord(b, stream));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t[r] = ms / 1e3 / inner;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return t[reps / 2];
+}
+
+static void row(const char *name, const char *shape, double sec, double amount, const char *unit,
+                double ceiling, double predicted_sec)
+{
+    double rate = amount / sec;
+    char pred[32] = "";
+    if (predicted_sec > 0) snprintf(pred, sizeof pred, "%.3f", predicted_sec * 1e3);
+    if (ceiling > 0)
+        printf("| %-30s | %-34s | %9.3f | %8.1f %-7s | %5.1f%% | %9s |\n", name, shape, sec * 1e3,
+               rate / (unit[0] == 'T' ? 1e12 : 1e9), unit, 100 * rate / ceiling, pred);
+    else
+        printf("| %-30s | %-34s | %9.3f | %8s %-7s | %6s | %9s |\n", name, shape, sec * 1e3, "", "",
+               "", pred);
+    fflush(stdout);
+}
+
+/* ---- ceilings ------------------------------------------------------------------------------ */
+
+typedef struct copy_ctx { void *a, *b; size_t bytes; } copy_ctx;
+static void do_copy(void *c, int i)
+{
+    copy_ctx *x = c;
+    CK(cudaMemcpyAsync(i & 1 ? x->a : x->b, i & 1 ? x->b : x->a, x->bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+typedef struct gemm_ctx { const void *w[16], *x[16]; void *y; int M, N, K, nw, f32; } gemm_ctx;
+static void do_cublas(void *c, int i)
+{
+    gemm_ctx *g = c;
+    const float alpha = 1, beta = 0;
+    CKB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, g->N, g->M, g->K, &alpha, g->w[i % g->nw],
+                     CUDA_R_16BF, g->K, g->x[i % g->nw], CUDA_R_16BF, g->K, &beta, g->y,
+                     g->f32 ? CUDA_R_32F : CUDA_R_16BF, g->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+static void do_skinny(void *c, int i)
+{
+    gemm_ctx *g = c;
+    CK(k_gemm_skinny(g->x[i % g->nw], g->w[i % g->nw], g->y, g->f32, g->M, g->N, g->K, stream));
+}
+
+static void ceilings(void)
+{
+    copy_ctx c = {.bytes = (size_t)2 << 30};
+    c.a = dmalloc_random(c.bytes, 1);
+    c.b = dmalloc_random(c.bytes, 2);
+    double t = time_it(do_copy, &c, 4, 9);
+    copy_bw = 2.0 * c.bytes / t;
+    row("device copy (ceiling)", "2 GiB D2D, read+write", t, 2.0 * c.bytes, "GB/s", 0, 0);
+    cudaFree(c.a), cudaFree(c.b);
+
+    gemm_ctx g = {.M = 8192, .N = 8192, .K = 8192, .nw = 1};
+    g.w[0] = dmalloc_random((size_t)8192 * 8192 * 2, 3);
+    g.x[0] = dmalloc_random((size_t)8192 * 8192 * 2, 4);
+    CK(cudaMalloc(&g.y, (size_t)8192 * 8192 * 2));
+    t = time_it(do_cublas, &g, 3, 9);
+    gemm_rate = 2.0 * 8192 * 8192 * 8192 / t;
+    row("cuBLAS bf16 GEMM (ceiling)", "8192^3, bf16 out", t, 2.0 * 8192 * 8192 * 8192, "TFLOP/s", 0, 0);
+    cudaFree((void *)g.w[0]), cudaFree((void *)g.x[0]), cudaFree(g.y);
+    printf("| ceilings used below          | copy %.0f GB/s, GEMM %.0f TFLOP/s  |           |                  |        |           |\n",
+           copy_bw / 1e9, gemm_rate / 1e12);
+}
+
+/* ---- GEMMs ----------------------------------------------------------------------------------- */
+
+static void gemms(void)
+{
+    struct { const char *name; int N, K; } shapes[] = {
+        {"qkv", 12288, 4096}, {"o", 4096, 4096}, {"gate_up", 22016, 4096},
+        {"down", 4096, 11008}, {"lm_head", 32000, 4096},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        gemm_ctx g = {.N = shapes[s].N, .K = shapes[s].K, .f32 = 1};
+        size_t wbytes = (size_t)g.N * g.K * 2;
+        g.nw = (int)((512u << 20) / wbytes) + 1; /* > 512 MB of weights in rotation */
+        if (g.nw > 16) g.nw = 16;
+        for (int i = 0; i < g.nw; i++) {
+            g.w[i] = dmalloc_random(wbytes, 100 + (uint32_t)i);
+            g.x[i] = dmalloc_random((size_t)2048 * g.K * 2, 200 + (uint32_t)i);
+        }
+        CK(cudaMalloc(&g.y, (size_t)2048 * g.N * 4));
+        char shape[64];
+        int Ms[] = {1, 4, 8};
+        for (int mi = 0; mi < 3; mi++) {
+            g.M = Ms[mi];
+            snprintf(shape, sizeof shape, "M=%d N=%d K=%d", g.M, g.N, g.K);
+            double t = time_it(do_skinny, &g, 20, 15);
+            char name[64];
+            snprintf(name, sizeof name, "skinny GEMM %s", shapes[s].name);
+            row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
+            if (g.M == 1) {
+                t = time_it(do_cublas, &g, 20, 15);
+                snprintf(name, sizeof name, "cuBLAS GEMM %s", shapes[s].name);
+                row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
+            }
+        }
+        g.M = 2048;
+        g.f32 = s == 2 ? 0 : 1; /* gate_up is stored bf16 */
+        snprintf(shape, sizeof shape, "M=2048 N=%d K=%d", g.N, g.K);
+        double t = time_it(do_cublas, &g, 5, 9);
+        double flops = 2.0 * 2048 * g.N * g.K;
+        char name[64];
+        snprintf(name, sizeof name, "cuBLAS GEMM %s", shapes[s].name);
+        row(name, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        for (int i = 0; i < g.nw; i++) cudaFree((void *)g.w[i]), cudaFree((void *)g.x[i]);
+        cudaFree(g.y);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+typedef struct attn_ctx {
+    k_attn_args a[4]; /* rotated: each its own KV and block tables */
+    int32_t *dec, *items, nd, np, partition, max_parts;
+    float *partials;
+    int32_t *counters;
+} attn_ctx;
+static void do_decode(void *c, int i)
+{
+    attn_ctx *x = c;
+    CK(k_decode_attention(&x->a[i % 4], x->dec, x->nd, x->partition, x->max_parts, x->partials,
+                          x->counters, stream));
+}
+static void do_prefill(void *c, int i)
+{
+    attn_ctx *x = c;
+    CK(k_prefill_attention(&x->a[i % 4], x->items, x->np, stream));
+}
+
+static int32_t *dupload(const void *h, size_t bytes)
+{
+    int32_t *d;
+    CK(cudaMalloc((void **)&d, bytes));
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* B sequences of ctx cached tokens each, n new rows each (n == 1: decode). */
+static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
+{
+    int hd = 128, bs = 16, len = ctx + n, S = (len + bs - 1) / bs, T = B * n;
+    int stride = (nh + 2 * nkv) * hd;
+    attn_ctx x = {0};
+    int32_t *qsl = malloc(sizeof(int32_t) * (size_t)(B + 1)), *lens = malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)B * S), *dec = malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *items = malloc(sizeof(int32_t) * 2 * (size_t)(B * ((n + 63) / 64) + 1));
+    for (int b = 0; b <= B; b++) qsl[b] = b * n;
+    for (int b = 0; b < B; b++) lens[b] = len, dec[b] = b;
+    for (int i = 0; i < B * S; i++) bt[i] = (int32_t)((i * 7919LL) % (B * S)); /* scattered pages */
+    for (int b = 0; b < B && n > 1; b++)
+        for (int i = (n - 1) / 64 * 64; i >= 0; i -= 64) items[2 * x.np] = b, items[2 * x.np + 1] = i, x.np++;
+    x.nd = n == 1 ? B : 0;
+    /* the engine's rule: halve the partition from 256 while the grid has under 4096 blocks */
+    int groups = nh / (nh / nkv >= 8 ? 8 : nh / nkv >= 4 ? 4 : nh / nkv >= 2 ? 2 : 1);
+    x.partition = K_DECODE_PARTITION;
+    while (x.partition > 32 && (long)groups * B * ((len + x.partition - 1) / x.partition) < 4096) x.partition /= 2;
+    x.max_parts = (len + x.partition - 1) / x.partition;
+    x.dec = dupload(dec, sizeof(int32_t) * (size_t)B);
+    x.items = dupload(items, sizeof(int32_t) * 2 * (size_t)(x.np + 1));
+    int32_t *dqsl = dupload(qsl, sizeof(int32_t) * (size_t)(B + 1)), *dlens = dupload(lens, sizeof(int32_t) * (size_t)B);
+    int32_t *dbt = dupload(bt, sizeof(int32_t) * (size_t)B * S);
+    CK(cudaMalloc((void **)&x.partials, (size_t)B * nh * x.max_parts * (hd + 2) * 4 + 16));
+    CK(cudaMalloc((void **)&x.counters, (size_t)B * nh * 4));
+    CK(cudaMemset(x.counters, 0, (size_t)B * nh * 4));
+    size_t cache = (size_t)B * S * bs * nkv * hd * 2;
+    int copies = cache * 2 >= (256u << 20) ? 2 : 4;
+    void *qkv, *out, *kc[4], *vc[4];
+    CK(cudaMalloc(&qkv, (size_t)T * stride * 4));
+    CK(k_synth_bf16(qkv, (int64_t)T * stride * 2, 9, 9, 0.0f, 0.02f, stream)); /* small floats */
+    CK(cudaMalloc(&out, (size_t)T * nh * hd * 2));
+    for (int i = 0; i < 4; i++) {
+        if (i < copies) {
+            kc[i] = dmalloc_random(cache, 300 + (uint32_t)i);
+            vc[i] = dmalloc_random(cache, 400 + (uint32_t)i);
+        } else {
+            kc[i] = kc[i % copies], vc[i] = vc[i % copies];
+        }
+        x.a[i] = (k_attn_args){.qkv = qkv, .qkv_stride = stride, .k_cache = kc[i], .v_cache = vc[i],
+                               .out = out, .out_stride = nh * hd, .query_start_loc = dqsl,
+                               .seq_lens = dlens, .block_tables = dbt, .bt_stride = S, .nh = nh,
+                               .nkv = nkv, .hd = hd, .block_size = bs, .scale = 1.0f / sqrtf(hd)};
+    }
+    char shape[80];
+    snprintf(shape, sizeof shape, "B=%d ctx=%d n=%d heads %d/%d hd 128%s", B, ctx, n, nh, nkv,
+             n == 1 ? (x.partition == 256 ? " P=256" : x.partition == 128 ? " P=128" : x.partition == 64 ? " P=64" : " P=32") : "");
+    if (n == 1) {
+        double bytes = 2.0 * B * len * nkv * hd * 2;
+        double t = time_it(do_decode, &x, 10, 15);
+        row(label, shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    } else {
+        /* causal pairs: row i sees ctx + i + 1 keys; 2 matmuls of 2*hd FLOPs per pair */
+        double pairs = (double)B * ((double)n * ctx + (double)n * (n + 1) / 2);
+        double flops = 4.0 * hd * nh * pairs;
+        double t = time_it(do_prefill, &x, 3, 9);
+        row(label, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+    }
+    for (int i = 0; i < copies; i++) cudaFree(kc[i]), cudaFree(vc[i]);
+    cudaFree(qkv), cudaFree(out), cudaFree(x.dec), cudaFree(x.items), cudaFree(dqsl), cudaFree(dlens);
+    cudaFree(dbt), cudaFree(x.partials), cudaFree(x.counters);
+    free(qsl), free(lens), free(bt), free(dec), free(items);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------------ */
+
+typedef struct ew_ctx { void *x[4], *d[4], *w, *out[4]; int32_t *tok, *pos, *slot; float *inv; int T, h, I; } ew_ctx;
+static void do_norm(void *c, int i)
+{
+    ew_ctx *e = c;
+    CK(k_add_rmsnorm(e->x[i % 4], e->d[i % 4], e->w, NULL, e->T, e->h, 1e-5f, e->out[i % 4], stream));
+}
+static void do_silu(void *c, int i)
+{
+    ew_ctx *e = c;
+    CK(k_silu_mul(e->x[i % 4], e->T, e->I, e->out[i % 4], stream));
+}
+static void do_rope(void *c, int i)
+{
+    ew_ctx *e = c;
+    CK(k_rope_kv_write(e->x[i % 4], e->pos, e->slot, e->T, 32, 32, 128, e->inv, e->d[i % 4],
+                       (bf16_t *)e->d[i % 4] + (size_t)e->T * 4096, stream));
+}
+static void do_embed(void *c, int i)
+{
+    ew_ctx *e = c;
+    CK(k_embed(e->w, e->tok, e->T, e->h, e->x[i % 4], stream));
+}
+
+static void elementwise(void)
+{
+    int T = 2048, h = 4096, I = 11008;
+    ew_ctx e = {.T = T, .h = h, .I = I};
+    size_t big = (size_t)T * 2 * I * 2; /* largest input: gate/up */
+    for (int i = 0; i < 4; i++) {
+        e.x[i] = dmalloc_random(big > (size_t)T * 12288 * 4 ? big : (size_t)T * 12288 * 4, 500 + (uint32_t)i);
+        e.d[i] = dmalloc_random((size_t)T * h * 4 * 2, 600 + (uint32_t)i);
+        e.out[i] = dmalloc_random((size_t)T * I * 2, 700 + (uint32_t)i);
+    }
+    e.w = dmalloc_random((size_t)32000 * h * 2, 800);
+    int32_t *tmp = malloc(sizeof(int32_t) * (size_t)T);
+    for (int i = 0; i < T; i++) tmp[i] = (i * 7717) % 32000;
+    e.tok = dupload(tmp, sizeof(int32_t) * (size_t)T);
+    for (int i = 0; i < T; i++) tmp[i] = i;
+    e.pos = dupload(tmp, sizeof(int32_t) * (size_t)T);
+    e.slot = dupload(tmp, sizeof(int32_t) * (size_t)T);
+    float inv[64];
+    for (int i = 0; i < 64; i++) inv[i] = powf(10000.0f, -2.0f * i / 128);
+    e.inv = (float *)dupload(inv, sizeof inv);
+    /* norm inputs must be finite floats: make them from bf16 noise */
+    for (int i = 0; i < 4; i++) {
+        CK(k_embed(e.w, e.tok, T, h, e.x[i], stream));
+        CK(k_embed(e.w, e.tok, T, h, e.d[i], stream));
+    }
+    double t = time_it(do_norm, &e, 10, 15), bytes = (double)T * h * (4 + 4 + 4 + 2);
+    row("add + RMSNorm", "T=2048 h=4096", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    t = time_it(do_silu, &e, 10, 15), bytes = (double)T * I * (4 + 2);
+    row("SiLU * up", "T=2048 I=11008", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    t = time_it(do_embed, &e, 10, 15), bytes = (double)T * h * (2 + 4);
+    row("embedding gather", "T=2048 h=4096", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    for (int i = 0; i < 4; i++) CK(k_synth_bf16(e.x[i], (int64_t)T * 12288 * 2, 5, 5, 0.0f, 0.02f, stream));
+    t = time_it(do_rope, &e, 10, 15), bytes = (double)T * 12288 * 4 + (double)T * 4096 * 4 + (double)T * 8192 * 2;
+    row("RoPE + KV write", "T=2048 heads 32/32 hd 128", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    for (int i = 0; i < 4; i++) cudaFree(e.x[i]), cudaFree(e.d[i]), cudaFree(e.out[i]);
+    cudaFree(e.w), cudaFree(e.tok), cudaFree(e.pos), cudaFree(e.slot), cudaFree(e.inv);
+    free(tmp);
+}
+
+/* ---- whole steps ---------------------------------------------------------------------------- */
+
+typedef struct step_ctx {
+    engine *eng;
+    eng_step s;
+} step_ctx;
+static void do_step(void *c, int i)
+{
+    step_ctx *x = c;
+    terr e = {{0}};
+    if (engine_forward(x->eng, &x->s, &e)) {
+        fprintf(stderr, "bench: %s\n", e.msg);
+        exit(1);
+    }
+}
+
+/* Step arrays for B sequences each computing n rows after ctx cached ones; sequence b owns
+ * blocks [b*S, (b+1)*S). */
+typedef struct step_buf { int32_t *tok, *pos, *slot, qsl[257], lens[256], *bt, rows[256]; } step_buf;
+static eng_step make_step(step_buf *sb, int B, int ctx, int n, int S, int bs, int32_t first_block)
+{
+    int T = B * n;
+    sb->tok = realloc(sb->tok, sizeof(int32_t) * (size_t)T);
+    sb->pos = realloc(sb->pos, sizeof(int32_t) * (size_t)T);
+    sb->slot = realloc(sb->slot, sizeof(int32_t) * (size_t)T);
+    sb->bt = realloc(sb->bt, sizeof(int32_t) * (size_t)B * S);
+    for (int b = 0; b < B; b++) {
+        for (int k = 0; k < S; k++) sb->bt[b * S + k] = first_block + b * S + k;
+        for (int i = 0; i < n; i++) {
+            int t = b * n + i, p = ctx + i;
+            sb->tok[t] = (int32_t)((p * 2654435761u + (unsigned)b * 40503u) % 32000u);
+            sb->pos[t] = p;
+            sb->slot[t] = sb->bt[b * S + p / bs] * bs + p % bs;
+        }
+        sb->qsl[b] = b * n;
+        sb->lens[b] = ctx + n;
+        sb->rows[b] = b * n + n - 1;
+    }
+    sb->qsl[B] = T;
+    return (eng_step){.num_tokens = T, .num_seqs = B, .token_ids = sb->tok, .positions = sb->pos,
+                      .slot_mapping = sb->slot, .query_start_loc = sb->qsl, .seq_lens = sb->lens,
+                      .block_tables = sb->bt, .block_table_stride = S, .num_logits = B,
+                      .logits_rows = sb->rows};
+}
+
+static double time_step(engine *eng, eng_step s, int inner, int reps)
+{
+    step_ctx c = {eng, s};
+    stream = engine_cuda_stream(eng);
+    double t = time_it(do_step, &c, inner, reps);
+    return t;
+}
+
+static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, bool pdl,
+                   int skinny)
+{
+    engine_opts o;
+    engine_opts_default(&o);
+    o.model = "synthetic:llama-2-7b";
+    o.backend = "cuda";
+    o.weight_seed = 1;
+    o.max_tokens = max_tokens;
+    o.max_seqs = max_seqs;
+    o.max_model_len = 2112;
+    o.num_blocks = num_blocks;
+    o.cuda_graphs = graphs;
+    o.cuda_pdl = pdl;
+    o.skinny_max_tokens = skinny;
+    terr e = {{0}};
+    int rc = engine_open(eng, &o, &e);
+    if (rc) fprintf(stderr, "bench: %s\n", e.msg);
+    return rc;
+}
+
+static void whole_steps(void)
+{
+    const int bs = 16, S = 2112 / 16;
+    double wbytes = 2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) +
+                           32000.0 * 4096);
+    double kv_tok = 2.0 * 32 * 32 * 128 * 2; /* K+V bytes per token, all layers */
+    engine eng;
+    /* 64 decode sequences of S blocks, then a 2048-token prefill sequence. */
+    if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8)) exit(1);
+    step_buf sb = {0};
+    /* Fill the KV of 64 sequences to 1024 tokens (2 sequences x 1024 rows per step). */
+    for (int b = 0; b < 64; b += 2) {
+        eng_step s = make_step(&sb, 2, 0, 1024, S, bs, b * S);
+        do_step(&(step_ctx){&eng, s}, 0);
+    }
+    char shape[96];
+    eng_step s = make_step(&sb, 1, 0, 2048, S, bs, 64 * S);
+    double t = time_step(&eng, s, 2, 5);
+    double flops = 2.0 * 2048 * (wbytes / 2 - 32000.0 * 4096) + 4.0 * 128 * 32 * 32 * (2048.0 * 2049 / 2);
+    row("STEP prefill 2048 (1 seq)", "llama-2-7b synthetic, T=2048", t, flops, "TFLOP/s", gemm_rate,
+        flops / gemm_rate);
+    int ctxs[2] = {128, 1024};
+    for (int k = 0; k < 2; k++) {
+        s = make_step(&sb, 1, ctxs[k], 1, S, bs, 0);
+        t = time_step(&eng, s, 20, 9);
+        double bytes = wbytes + kv_tok * (ctxs[k] + 1);
+        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs+PDL+skinny", ctxs[k]);
+        row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    }
+    s = make_step(&sb, 64, 1024, 1, S, bs, 0);
+    t = time_step(&eng, s, 5, 9);
+    double bytes = wbytes + 64 * kv_tok * 1025;
+    row("STEP decode batch 64", "B=64 ctx=1024 graphs+PDL", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    engine_close(&eng);
+
+    /* Variants of the batch-1 decode step (small KV: one sequence). */
+    struct { const char *name; bool graphs, pdl; int skinny, l2; } v[] = {
+        {"graphs+PDL, with L2 prefetch", true, true, 8, 1},
+        {"graphs, no PDL, skinny", true, false, 8, 0},
+        {"no graphs, PDL, skinny", false, true, 8, 0},
+        {"no graphs, no PDL, skinny", false, false, 8, 0},
+        {"graphs+PDL, cuBLAS only", true, true, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        k_set_l2_prefetch(v[i].l2);
+        if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny)) exit(1);
+        eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0);
+        do_step(&(step_ctx){&eng, fill}, 0);
+        s = make_step(&sb, 1, 1024, 1, S, bs, 0);
+        t = time_step(&eng, s, 20, 9);
+        snprintf(shape, sizeof shape, "B=1 ctx=1024 %s", v[i].name);
+        bytes = wbytes + kv_tok * 1025;
+        row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+        engine_close(&eng);
+    }
+    k_set_l2_prefetch(0);
+    /* The prefill step without programmatic dependent launch. */
+    if (open_7b(&eng, 2048, 1, S, false, false, 8)) exit(1);
+    s = make_step(&sb, 1, 0, 2048, S, bs, 0);
+    t = time_step(&eng, s, 2, 5);
+    row("STEP prefill 2048 (1 seq)", "T=2048, no PDL", t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+    engine_close(&eng);
+    free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "all";
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        fprintf(stderr, "bench_engine_gpu: no CUDA device\n");
+        return 1;
+    }
+    struct cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    printf("bench_engine_gpu: %s, %d SMs, L2 %d MB, %.0f GB\n\n", p.name, p.multiProcessorCount,
+           p.l2CacheSize >> 20, p.totalGlobalMem / 1e9);
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CKB(cublasCreate(&blas));
+    CKB(cublasSetStream(blas, stream));
+    printf("| kernel / step                  | shape                              | time (ms) | achieved         | of ceil | roofline (ms) |\n");
+    printf("|--------------------------------|------------------------------------|-----------|------------------|---------|-----------|\n");
+    ceilings();
+    if (!strcmp(what, "all") || !strcmp(what, "kernels")) {
+        gemms();
+        attention(64, 1023, 1, 32, 32, "decode attention (MHA)");
+        attention(64, 1023, 1, 32, 8, "decode attention (GQA 4:1)");
+        attention(1, 1023, 1, 32, 32, "decode attention (MHA)");
+        attention(1, 0, 2048, 32, 32, "prefill attention causal");
+        attention(4, 1024, 512, 32, 8, "chunked prefill attention GQA");
+        elementwise();
+    }
+    cudaStream_t own = stream;
+    if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
+    stream = own;
+    cublasDestroy(blas);
+    return 0;
+}

@@ -1,0 +1,567 @@
+/*
+ * cuda_backend.c: the forward pass on the GPU: host C code that allocates everything at open,
+ * then per step copies the step's flat arrays to the device in one transfer and enqueues the
+ * kernels (kernels/) and cuBLAS GEMMs on one stream. Nothing is allocated per step.
+ *
+ * Precision: weights, KV cache and GEMM inputs are bf16; the residual stream, GEMM outputs
+ * (except gate/up, stored bf16), attention softmax and all accumulations are float32.
+ *
+ * Per layer:  add+norm -> QKV GEMM -> RoPE+KV write -> attention (decode rows: split-K kernel;
+ * prefill rows: tensor-core kernel) -> O GEMM -> add+norm -> gate/up GEMM -> SiLU*up -> down
+ * GEMM; then the final add+norm over the logits rows only and the LM head.
+ * GEMMs with at most skinny_max_tokens rows use the weight-streaming kernel (k_gemm_skinny),
+ * others cuBLAS (bf16 in, fp32 compute). Pure-decode steps are captured once per batch size as
+ * a CUDA graph and replayed, one graph per (batch size, context-length bucket): the decode
+ * attention grid covers the bucket (a power of two), blocks past a sequence's length exit at
+ * once, so a graph serves every length in its bucket.
+ *
+ * Decode attention splits each context into partitions of 32..256 tokens, the largest that still
+ * gives the GPU about 4096 blocks: a batch of 64 long contexts uses 256, a single sequence 32.
+ */
+#include "engine/engine.h"
+
+#if TANDEM_HAVE_CUDA
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu_ops.h"
+#include "engine/cuda_check.h"
+#include "engine/weights.h"
+#include "kernels/kernels.h"
+
+#define MAX_GRAPHS 128
+#define PF_TILE K_PREFILL_TILE
+
+typedef struct cuda_layer {
+    bf16_t *attn_norm; /* (h) */
+    bf16_t *wqkv;      /* (nh*hd + 2*nkv*hd, h) */
+    bf16_t *wo;        /* (h, nh*hd) */
+    bf16_t *mlp_norm;  /* (h) */
+    bf16_t *wgu;       /* (2I, h) */
+    bf16_t *wdown;     /* (h, I) */
+} cuda_layer;
+
+typedef struct decode_graph {
+    int32_t num_seqs, num_logits, len_bucket;
+    cudaGraphExec_t exec;
+} decode_graph;
+
+/* Where a step's arrays sit in the metadata buffer (int32 offsets); a function of the counts
+ * only, so a captured graph's pointers stay valid for every step of the same shape. */
+typedef struct meta_layout {
+    int64_t tok, pos, slot, qsl, lens, rows, dec, items, bt, total;
+} meta_layout;
+
+typedef struct tile {
+    int32_t seq, first, key; /* key: the tile's last position, larger first (longest work first) */
+} tile;
+
+typedef struct cuda_model {
+    model_config mc;
+    engine_opts o;
+    int32_t S;         /* block table row length */
+    int64_t part_cap;  /* decode partials capacity: sequences x partitions per sequence */
+    int32_t max_items; /* prefill attention tiles per step */
+    int32_t qkv_dim;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    bf16_t *weights; /* every weight, one allocation */
+    bf16_t *embed, *final_norm, *lm_head;
+    cuda_layer *layers;
+    bf16_t *kv;       /* (L, 2, slots, nkv, hd) */
+    int64_t layer_kv; /* elements of one layer's K (or V) */
+    float *inv_freq;  /* (hd/2) */
+    /* activations, sized for max_tokens rows (logits: max_seqs rows) */
+    float *x;      /* (T, h) residual stream */
+    bf16_t *xn;    /* (T, h) */
+    float *qkv;    /* (T, qkv_dim) */
+    bf16_t *attn;  /* (T, nh*hd) */
+    float *tmp;    /* (T, h) O and down projections */
+    bf16_t *gu;    /* (T, 2I) */
+    bf16_t *act;   /* (T, I) */
+    bf16_t *xrows; /* (N, h) final norm of the logits rows */
+    float *logits; /* (N, V) */
+    float *partials; /* decode split-K partials */
+    int32_t *counters;
+    int32_t *h_meta, *d_meta; /* pinned host / device step arrays */
+    int64_t meta_cap;
+    cudaEvent_t meta_copied; /* h_meta may be refilled once this has fired */
+    float *h_samp, *d_samp;  /* (3, N) temperature, top_p, uniform */
+    int32_t *h_tok, *d_tok;  /* (N) sampled ids */
+    tile *tiles;             /* (max_items) host scratch for ordering prefill tiles */
+    decode_graph graphs[MAX_GRAPHS];
+    int32_t num_graphs;
+} cuda_model;
+
+static meta_layout layout_for(int32_t T, int32_t B, int32_t N, int32_t nd, int32_t np, int32_t S)
+{
+    meta_layout l;
+    l.tok = 0;
+    l.pos = l.tok + T;
+    l.slot = l.pos + T;
+    l.qsl = l.slot + T;
+    l.lens = l.qsl + B + 1;
+    l.rows = l.lens + B;
+    l.dec = l.rows + N;
+    l.items = l.dec + nd;
+    l.bt = l.items + 2 * (int64_t)np;
+    l.total = l.bt + (int64_t)B * S;
+    return l;
+}
+
+static int64_t pow2_at_least(int64_t x)
+{
+    int64_t p = 1;
+    while (p < x) p *= 2;
+    return p;
+}
+
+/* Decode attention partition size for nd sequences whose longest context is `len`: halve from
+ * 256 while the grid has under 4096 blocks, within the partials buffer. */
+static int32_t pick_partition(const cuda_model *m, int32_t nd, int32_t len, int32_t *parts)
+{
+    int32_t groups = m->mc.num_heads, g = m->mc.num_heads / m->mc.num_kv_heads;
+    groups /= g % 8 == 0 ? 8 : g % 4 == 0 ? 4 : g % 2 == 0 ? 2 : 1; /* as kernels/attention.cu */
+    int32_t P = K_DECODE_PARTITION;
+    while (P > 32 && (int64_t)groups * nd * div_ceil_i64(len, P) < 4096 &&
+           (int64_t)nd * div_ceil_i64(len, P / 2) <= m->part_cap)
+        P /= 2;
+    *parts = (int32_t)div_ceil_i64(len, P);
+    return P;
+}
+
+static void cuda_destroy(void *self)
+{
+    cuda_model *m = self;
+    if (!m) return;
+    if (m->stream) cudaStreamSynchronize(m->stream);
+    for (int32_t i = 0; i < m->num_graphs; i++) cudaGraphExecDestroy(m->graphs[i].exec);
+    if (m->blas) cublasDestroy(m->blas);
+    void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->attn,
+                   m->tmp, m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
+                   m->d_meta, m->d_samp, m->d_tok};
+    for (size_t i = 0; i < ARRAY_LEN(dev); i++) cudaFree(dev[i]);
+    cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
+    if (m->meta_copied) cudaEventDestroy(m->meta_copied);
+    if (m->stream) cudaStreamDestroy(m->stream);
+    free(m->layers);
+    free(m->tiles);
+    free(m);
+}
+
+static int dev_alloc(void **p, size_t bytes, const char *what, terr *e)
+{
+    cudaError_t err = cudaMalloc(p, bytes ? bytes : 16);
+    if (err != cudaSuccess) {
+        *p = NULL;
+        terr_set(e, "cuda: allocating %.3f GB for %s failed: %s", bytes / 1e9, what,
+                 cudaGetErrorString(err));
+        return ENGINE_ERR_DEVICE;
+    }
+    return 0;
+}
+
+static bf16_t *fused_base(cuda_model *m, const wt_tensor *t)
+{
+    cuda_layer *L = t->layer >= 0 ? &m->layers[t->layer] : NULL;
+    switch (t->fused) {
+    case WF_EMBED: return m->embed;
+    case WF_ATTN_NORM: return L->attn_norm;
+    case WF_QKV: return L->wqkv;
+    case WF_O: return L->wo;
+    case WF_MLP_NORM: return L->mlp_norm;
+    case WF_GU: return L->wgu;
+    case WF_DOWN: return L->wdown;
+    case WF_FINAL_NORM: return m->final_norm;
+    case WF_LM_HEAD: return m->lm_head;
+    case WF_NUM: break;
+    }
+    return NULL;
+}
+
+/* Carves the weight buffers out of one allocation (256-byte aligned pieces). */
+static int alloc_weights(cuda_model *m, terr *e)
+{
+    const model_config *mc = &m->mc;
+    int64_t total = 0;
+    int64_t rows, cols;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t off = 0;
+#define TAKE(ptr, f)                                                                              \
+    do {                                                                                          \
+        wt_fused_shape(mc, f, &rows, &cols);                                                      \
+        if (pass) ptr = m->weights + off;                                                         \
+        off += (rows * cols + 127) / 128 * 128;                                                   \
+    } while (0)
+        TAKE(m->embed, WF_EMBED);
+        TAKE(m->final_norm, WF_FINAL_NORM);
+        if (!mc->tie_word_embeddings) TAKE(m->lm_head, WF_LM_HEAD);
+        for (int32_t l = 0; l < mc->num_layers; l++) {
+            cuda_layer *L = &m->layers[l];
+            TAKE(L->attn_norm, WF_ATTN_NORM);
+            TAKE(L->wqkv, WF_QKV);
+            TAKE(L->wo, WF_O);
+            TAKE(L->mlp_norm, WF_MLP_NORM);
+            TAKE(L->wgu, WF_GU);
+            TAKE(L->wdown, WF_DOWN);
+        }
+#undef TAKE
+        if (!pass) {
+            total = off;
+            int rc = dev_alloc((void **)&m->weights, (size_t)total * 2, "the weights", e);
+            if (rc) return rc;
+        }
+    }
+    if (mc->tie_word_embeddings) m->lm_head = m->embed;
+    return 0;
+}
+
+static int load_weights(cuda_model *m, const wt_source *src, terr *e)
+{
+    int32_t n = wt_count(&m->mc);
+    wt_tensor *ts = xcalloc((size_t)n, sizeof *ts);
+    wt_list(&m->mc, ts);
+    int64_t most = 0;
+    for (int32_t i = 0; i < n; i++) most = max_i64(most, ts[i].rows * ts[i].cols);
+    uint16_t *staging = src->synthetic ? NULL : xmalloc((size_t)most * 2);
+    int rc = 0;
+    for (int32_t i = 0; i < n && rc == 0; i++) {
+        int64_t rows, cols;
+        wt_fused_shape(&m->mc, ts[i].fused, &rows, &cols);
+        bf16_t *dst = fused_base(m, &ts[i]) + ts[i].row_offset * cols;
+        int64_t count = ts[i].rows * ts[i].cols;
+        if (src->synthetic) {
+            cudaError_t err = k_synth_bf16(dst, count, src->seed, ts[i].synth_id, ts[i].synth_mean,
+                                           ts[i].synth_std, m->stream);
+            if (err != cudaSuccess) rc = cu_fail(e, __FILE__, __LINE__, "k_synth_bf16", cudaGetErrorString(err));
+        } else if (wt_read_bf16(src, &ts[i], staging, e)) {
+            rc = ENGINE_ERR_INPUT;
+        } else {
+            cudaError_t err = cudaMemcpy(dst, staging, (size_t)count * 2, cudaMemcpyHostToDevice);
+            if (err != cudaSuccess) rc = cu_fail(e, __FILE__, __LINE__, "cudaMemcpy", cudaGetErrorString(err));
+        }
+    }
+    free(staging);
+    free(ts);
+    if (rc) return rc;
+    CU_TRY(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
+                     const struct wt_source *src, terr *e)
+{
+    int ndev = 0;
+    cudaError_t derr = cudaGetDeviceCount(&ndev);
+    if (derr != cudaSuccess || ndev == 0) {
+        terr_set(e, "--backend cuda: no CUDA device (%s)",
+                 derr != cudaSuccess ? cudaGetErrorString(derr) : "none found");
+        return ENGINE_ERR_DEVICE;
+    }
+    int32_t h = mc->hidden_size, I = mc->intermediate_size, hd = mc->head_dim;
+    if (hd != 32 && hd != 64 && hd != 128)
+        return terr_set(e, "%s: head_dim %d is not supported by the CUDA kernels (32, 64, 128)",
+                        mc->name, hd);
+    if (h % 8 || I % 8 || h > 16384)
+        return terr_set(e, "%s: the CUDA kernels need hidden_size and intermediate_size to be "
+                           "multiples of 8 (and hidden_size <= 16384)", mc->name);
+
+    cuda_model *m = xcalloc(1, sizeof *m);
+    *self = m;
+    m->mc = *mc;
+    m->o = *o;
+    m->S = (int32_t)div_ceil_i64(o->max_model_len, o->block_size);
+    m->part_cap = (int64_t)o->max_seqs * div_ceil_i64(pow2_at_least(o->max_model_len), K_DECODE_PARTITION);
+    m->max_items = (int32_t)div_ceil_i64(o->max_tokens, PF_TILE) + o->max_seqs;
+    m->qkv_dim = (mc->num_heads + 2 * mc->num_kv_heads) * hd;
+    m->layers = xcalloc((size_t)mc->num_layers, sizeof *m->layers);
+    m->tiles = xcalloc((size_t)m->max_items, sizeof *m->tiles);
+    int rc = ENGINE_ERR_DEVICE;
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        if ((rc = (call))) goto fail;                                                             \
+    } while (0)
+#define CU(call)                                                                                  \
+    do {                                                                                          \
+        cudaError_t err_ = (call);                                                                \
+        if (err_ != cudaSuccess) {                                                                \
+            rc = cu_fail(e, __FILE__, __LINE__, #call, cudaGetErrorString(err_));                 \
+            goto fail;                                                                            \
+        }                                                                                         \
+    } while (0)
+    CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
+    if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) {
+        terr_set(e, "cublasCreate failed");
+        goto fail;
+    }
+    cublasSetStream(m->blas, m->stream);
+    TRY(dev_alloc(&m->blas_ws, 32u << 20, "the cuBLAS workspace", e));
+    cublasSetWorkspace(m->blas, m->blas_ws, 32u << 20); /* no allocation inside graph capture */
+
+    TRY(alloc_weights(m, e));
+    TRY(load_weights(m, src, e));
+
+    int64_t T = o->max_tokens, N = o->max_seqs, V = mc->vocab_size;
+    int64_t qd = (int64_t)mc->num_heads * hd;
+    m->layer_kv = (int64_t)o->num_blocks * o->block_size * mc->num_kv_heads * hd;
+    TRY(dev_alloc((void **)&m->kv, (size_t)(2 * mc->num_layers * m->layer_kv) * 2, "the KV cache", e));
+    CU(cudaMemsetAsync(m->kv, 0, (size_t)(2 * mc->num_layers * m->layer_kv) * 2, m->stream));
+    float *inv = xmalloc(sizeof(float) * (size_t)(hd / 2));
+    cpu_rope_inv_freq(mc, inv);
+    if ((rc = dev_alloc((void **)&m->inv_freq, sizeof(float) * (size_t)(hd / 2), "RoPE", e))) {
+        free(inv);
+        goto fail;
+    }
+    cudaError_t cerr = cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(hd / 2), cudaMemcpyHostToDevice);
+    free(inv);
+    CU(cerr);
+    TRY(dev_alloc((void **)&m->x, (size_t)(T * h) * 4, "activations", e));
+    TRY(dev_alloc((void **)&m->xn, (size_t)(T * h) * 2, "activations", e));
+    TRY(dev_alloc((void **)&m->qkv, (size_t)(T * m->qkv_dim) * 4, "activations", e));
+    TRY(dev_alloc((void **)&m->attn, (size_t)(T * qd) * 2, "activations", e));
+    TRY(dev_alloc((void **)&m->tmp, (size_t)(T * h) * 4, "activations", e));
+    TRY(dev_alloc((void **)&m->gu, (size_t)(T * 2 * I) * 2, "activations", e));
+    TRY(dev_alloc((void **)&m->act, (size_t)(T * I) * 2, "activations", e));
+    TRY(dev_alloc((void **)&m->xrows, (size_t)(N * h) * 2, "activations", e));
+    TRY(dev_alloc((void **)&m->logits, (size_t)(N * V) * 4, "logits", e));
+    TRY(dev_alloc((void **)&m->partials, (size_t)m->part_cap * mc->num_heads * (hd + 2) * 4,
+                  "attention partials", e));
+    TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
+    CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
+    m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
+    TRY(dev_alloc((void **)&m->d_meta, (size_t)m->meta_cap * 4, "step arrays", e));
+    CU(cudaMallocHost((void **)&m->h_meta, (size_t)m->meta_cap * 4));
+    TRY(dev_alloc((void **)&m->d_samp, (size_t)(3 * N) * 4, "sampling", e));
+    CU(cudaMallocHost((void **)&m->h_samp, (size_t)(3 * N) * 4));
+    TRY(dev_alloc((void **)&m->d_tok, (size_t)N * 4, "sampling", e));
+    CU(cudaMallocHost((void **)&m->h_tok, (size_t)N * 4));
+    CU(cudaStreamSynchronize(m->stream));
+    k_set_pdl(o->cuda_pdl);
+    return 0;
+#undef TRY
+#undef CU
+fail:
+    cuda_destroy(m);
+    *self = NULL;
+    return rc;
+}
+
+static int gemm(cuda_model *m, const bf16_t *x, const bf16_t *w, void *y, int y_f32, int32_t M,
+                int32_t N, int32_t K, terr *e)
+{
+    if (M <= m->o.skinny_max_tokens && M <= 8) {
+        CU_TRY(k_gemm_skinny(x, w, y, y_f32, M, N, K, m->stream));
+        return 0;
+    }
+    /* cuBLAS is column-major: row-major y (M, N) is y^T (N, M) = op(w) x^T, where w's (N, K)
+     * rows read column-major are a (K, N) matrix, hence OP_T; x's rows are x^T's columns. */
+    const float alpha = 1.0f, beta = 0.0f;
+    BLAS_TRY(cublasGemmEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, CUDA_R_16BF, K, x,
+                          CUDA_R_16BF, K, &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, N,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* Enqueues the whole forward pass for a step whose arrays are at `l` in d_meta. */
+static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32_t nd, int32_t np,
+                           int32_t partition, int32_t max_parts, const meta_layout *l, terr *e)
+{
+    const model_config *mc = &m->mc;
+    int32_t h = mc->hidden_size, I = mc->intermediate_size, nh = mc->num_heads,
+            nkv = mc->num_kv_heads, hd = mc->head_dim;
+    float eps = (float)mc->rms_norm_eps;
+    const int32_t *d = m->d_meta;
+    k_attn_args a = {
+        .qkv = m->qkv, .qkv_stride = m->qkv_dim, .out = m->attn, .out_stride = nh * hd,
+        .query_start_loc = d + l->qsl, .seq_lens = d + l->lens, .block_tables = d + l->bt,
+        .bt_stride = m->S, .nh = nh, .nkv = nkv, .hd = hd, .block_size = m->o.block_size,
+        .scale = 1.0f / sqrtf((float)hd),
+    };
+    (void)B;
+    CU_TRY(k_embed(m->embed, d + l->tok, T, h, m->x, m->stream));
+    for (int32_t li = 0; li < mc->num_layers; li++) {
+        cuda_layer *L = &m->layers[li];
+        bf16_t *kc = m->kv + 2 * li * m->layer_kv, *vc = kc + m->layer_kv;
+        a.k_cache = kc, a.v_cache = vc;
+        CU_TRY(k_add_rmsnorm(m->x, li ? m->tmp : NULL, L->attn_norm, NULL, T, h, eps, m->xn, m->stream));
+        if (gemm(m, m->xn, L->wqkv, m->qkv, 1, T, m->qkv_dim, h, e)) return ENGINE_ERR_DEVICE;
+        CU_TRY(k_rope_kv_write(m->qkv, d + l->pos, d + l->slot, T, nh, nkv, hd, m->inv_freq, kc, vc,
+                               m->stream));
+        CU_TRY(k_decode_attention(&a, d + l->dec, nd, partition, max_parts, m->partials, m->counters,
+                                  m->stream));
+        CU_TRY(k_prefill_attention(&a, d + l->items, np, m->stream));
+        if (gemm(m, m->attn, L->wo, m->tmp, 1, T, h, nh * hd, e)) return ENGINE_ERR_DEVICE;
+        CU_TRY(k_add_rmsnorm(m->x, m->tmp, L->mlp_norm, NULL, T, h, eps, m->xn, m->stream));
+        if (gemm(m, m->xn, L->wgu, m->gu, 0, T, 2 * I, h, e)) return ENGINE_ERR_DEVICE;
+        CU_TRY(k_silu_mul(m->gu, T, I, m->act, m->stream));
+        if (gemm(m, m->act, L->wdown, m->tmp, 1, T, h, I, e)) return ENGINE_ERR_DEVICE;
+    }
+    if (N > 0) {
+        CU_TRY(k_add_rmsnorm(m->x, m->tmp, m->final_norm, d + l->rows, N, h, eps, m->xrows, m->stream));
+        if (gemm(m, m->xrows, m->lm_head, m->logits, 1, N, mc->vocab_size, h, e)) return ENGINE_ERR_DEVICE;
+    }
+    return 0;
+}
+
+static int cmp_tile(const void *a, const void *b)
+{
+    const tile *x = a, *y = b;
+    return x->key != y->key ? (y->key > x->key ? 1 : -1) : (x->seq != y->seq ? x->seq - y->seq : x->first - y->first);
+}
+
+static int cuda_forward(void *self, const eng_step *s, terr *e)
+{
+    cuda_model *m = self;
+    int32_t T = s->num_tokens, B = s->num_seqs, N = s->num_logits;
+    int32_t nd = 0, np = 0, max_len = 0;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t n = s->query_start_loc[b + 1] - s->query_start_loc[b];
+        if (n == 1) {
+            nd++;
+            max_len = max_i32(max_len, s->seq_lens[b]);
+        } else {
+            np += (int32_t)div_ceil_i64(n, PF_TILE);
+        }
+    }
+    meta_layout l = layout_for(T, B, N, nd, np, m->S);
+    /* The previous step's copy out of h_meta must be done before it is overwritten. */
+    CU_TRY(cudaEventSynchronize(m->meta_copied));
+    int32_t *h = m->h_meta;
+    memcpy(h + l.tok, s->token_ids, sizeof(int32_t) * (size_t)T);
+    memcpy(h + l.pos, s->positions, sizeof(int32_t) * (size_t)T);
+    memcpy(h + l.slot, s->slot_mapping, sizeof(int32_t) * (size_t)T);
+    memcpy(h + l.qsl, s->query_start_loc, sizeof(int32_t) * (size_t)(B + 1));
+    memcpy(h + l.lens, s->seq_lens, sizeof(int32_t) * (size_t)B);
+    memcpy(h + l.rows, s->logits_rows, sizeof(int32_t) * (size_t)N);
+    tile *tiles = m->tiles;
+    int32_t k = 0, t = 0;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t q0 = s->query_start_loc[b], n = s->query_start_loc[b + 1] - q0;
+        if (n == 1) {
+            h[l.dec + k++] = b;
+            continue;
+        }
+        for (int32_t i = 0; i < n; i += PF_TILE)
+            tiles[t++] = (tile){b, i, s->seq_lens[b] - n + min_i32(i + PF_TILE, n) - 1};
+    }
+    qsort(tiles, (size_t)np, sizeof *tiles, cmp_tile);
+    for (int32_t i = 0; i < np; i++) {
+        h[l.items + 2 * i] = tiles[i].seq;
+        h[l.items + 2 * i + 1] = tiles[i].first;
+    }
+    for (int32_t b = 0; b < B; b++) {
+        int32_t nblk = (int32_t)div_ceil_i64(s->seq_lens[b], m->o.block_size);
+        memcpy(h + l.bt + (int64_t)b * m->S, s->block_tables + (int64_t)b * s->block_table_stride,
+               sizeof(int32_t) * (size_t)nblk);
+    }
+    CU_TRY(cudaMemcpyAsync(m->d_meta, h, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
+    CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
+
+    bool pure_decode = nd == B && np == 0 && T == B;
+    int32_t parts, P;
+    if (!pure_decode || !m->o.cuda_graphs) {
+        P = pick_partition(m, nd, max_len, &parts);
+        return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
+    }
+    /* One graph per (B, N, length bucket); the grid covers the bucket. */
+    int32_t bucket = (int32_t)max_i64(K_DECODE_PARTITION, pow2_at_least(max_len));
+    P = pick_partition(m, nd, bucket, &parts);
+    for (int32_t i = 0; i < m->num_graphs; i++)
+        if (m->graphs[i].num_seqs == B && m->graphs[i].num_logits == N && m->graphs[i].len_bucket == bucket) {
+            CU_TRY(cudaGraphLaunch(m->graphs[i].exec, m->stream));
+            return 0;
+        }
+    if (m->num_graphs == MAX_GRAPHS) /* too many shapes: run without a graph */
+        return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
+    cudaGraph_t graph;
+    CU_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
+    cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
+    if (rc) {
+        if (end == cudaSuccess) cudaGraphDestroy(graph);
+        return rc;
+    }
+    CU_TRY(end);
+    cudaGraphExec_t exec;
+    cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CU_TRY(inst);
+    m->graphs[m->num_graphs++] = (decode_graph){B, N, bucket, exec};
+    CU_TRY(cudaGraphLaunch(exec, m->stream));
+    return 0;
+}
+
+static int cuda_sample(void *self, int32_t n, const eng_sampling *sp, int32_t *out, terr *e)
+{
+    cuda_model *m = self;
+    if (n == 0) return 0;
+    CU_TRY(cudaStreamSynchronize(m->stream)); /* h_samp / h_tok are free */
+    memcpy(m->h_samp, sp->temperature, sizeof(float) * (size_t)n);
+    memcpy(m->h_samp + n, sp->top_p, sizeof(float) * (size_t)n);
+    memcpy(m->h_samp + 2 * n, sp->uniform, sizeof(float) * (size_t)n);
+    CU_TRY(cudaMemcpyAsync(m->d_samp, m->h_samp, sizeof(float) * (size_t)(3 * n),
+                           cudaMemcpyHostToDevice, m->stream));
+    CU_TRY(k_sample(m->logits, n, m->mc.vocab_size, m->d_samp, m->d_samp + n, m->d_samp + 2 * n,
+                    m->d_tok, m->stream));
+    CU_TRY(cudaMemcpyAsync(m->h_tok, m->d_tok, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost,
+                           m->stream));
+    CU_TRY(cudaStreamSynchronize(m->stream));
+    memcpy(out, m->h_tok, sizeof(int32_t) * (size_t)n);
+    return 0;
+}
+
+static int cuda_logits(void *self, int32_t n, float *out, terr *e)
+{
+    cuda_model *m = self;
+    CU_TRY(cudaMemcpyAsync(out, m->logits, sizeof(float) * (size_t)n * (size_t)m->mc.vocab_size,
+                           cudaMemcpyDeviceToHost, m->stream));
+    CU_TRY(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+static int cuda_sync(void *self, terr *e)
+{
+    cuda_model *m = self;
+    CU_TRY(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+const engine_backend_ops cuda_backend_ops = {
+    .name = "cuda",
+    .open = cuda_open,
+    .forward = cuda_forward,
+    .sample = cuda_sample,
+    .logits = cuda_logits,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+void *engine_cuda_stream(engine *eng)
+{
+    if (!eng->ops || strcmp(eng->ops->name, "cuda") != 0) return NULL;
+    return ((cuda_model *)eng->self)->stream;
+}
+
+#else /* built without CUDA */
+
+static int no_cuda_open(void **self, const model_config *mc, const engine_opts *o,
+                        const struct wt_source *src, terr *e)
+{
+    (void)self, (void)mc, (void)o, (void)src;
+    terr_set(e, "--backend cuda: this tandem was built without CUDA (CUDA=0 or no nvcc)");
+    return ENGINE_ERR_DEVICE;
+}
+
+const engine_backend_ops cuda_backend_ops = {.name = "cuda", .open = no_cuda_open};
+
+void *engine_cuda_stream(engine *eng)
+{
+    (void)eng;
+    return NULL;
+}
+
+#endif

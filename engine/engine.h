@@ -1,0 +1,132 @@
+/*
+ * engine.h: the real engine's contract. A Llama-family forward pass over a paged KV cache,
+ * run by one of two backends chosen once at open: "cuda" (kernels/ + cuBLAS, bf16 weights and
+ * KV, fp32 accumulation) or "cpu" (plain C, float32: the oracle the GPU is tested against).
+ *
+ * The model runner sees only flat arrays, as in vLLM / nano-vllm: a serving step is a list of
+ * T token rows (the new tokens of B sequences, flattened, sequence after sequence), each with
+ * its position and the KV slot it writes, plus each sequence's block table and length. A step
+ * may mix sequences that prefill a chunk of their prompt with sequences that decode one token;
+ * it runs as one forward pass. Logits are computed only for the rows the caller names.
+ *
+ * KV cache layout (both backends), one K and one V array per layer:
+ *     k_cache[layer]: (num_blocks, block_size, num_kv_heads, head_dim)   (vLLM's flash layout)
+ *     v_cache[layer]: same
+ * bf16 on the GPU, float32 on the CPU. Token position p of a sequence with block table bt lives
+ * in slot bt[p / block_size] * block_size + p % block_size. Block ids are the scheduler's; the
+ * engine never allocates them.
+ *
+ * Step invariants (checked by engine_forward, an error otherwise):
+ *   - the rows of sequence b are query_start_loc[b] .. query_start_loc[b+1]-1 (at least one);
+ *   - they are the last positions of the sequence: positions[query_start_loc[b] + i] ==
+ *     seq_lens[b] - n_b + i, where n_b is the row count; earlier positions are in the cache;
+ *   - slot_mapping agrees with the block table;
+ *   - T <= max_tokens, B <= max_seqs, seq_lens[b] <= max_model_len, ids < vocab, blocks < num_blocks.
+ */
+#ifndef TANDEM_ENGINE_H
+#define TANDEM_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/model_config.h"
+#include "core/util.h"
+
+struct wt_source; /* engine/weights.h */
+
+/* One serving step, as flat arrays (host memory). */
+typedef struct eng_step {
+    int32_t num_tokens;             /* T: rows of the flattened token list */
+    int32_t num_seqs;               /* B */
+    const int32_t *token_ids;       /* (T) */
+    const int32_t *positions;       /* (T) position of each row in its sequence */
+    const int32_t *slot_mapping;    /* (T) KV slot each row writes: block_id*block_size + offset */
+    const int32_t *query_start_loc; /* (B+1) sequence b owns rows [qsl[b], qsl[b+1]); qsl[B] == T */
+    const int32_t *seq_lens;        /* (B) tokens in b's KV once this step is done */
+    const int32_t *block_tables;    /* (B, block_table_stride) physical block ids, row-major */
+    int32_t block_table_stride;     /* entries per row of block_tables */
+    int32_t num_logits;             /* N: rows whose logits are computed */
+    const int32_t *logits_rows;     /* (N) token rows, e.g. the last row of each sampling sequence */
+} eng_step;
+
+/* How to pick a token from each of the N logits rows of the last step. */
+typedef struct eng_sampling {
+    const float *temperature; /* (N) 0 = greedy (argmax, lowest id on ties) */
+    const float *top_p;       /* (N) in (0, 1]: sample from the smallest set of most likely
+                                 tokens whose probability reaches top_p */
+    const float *uniform;     /* (N) draws in [0, 1) from the caller's seeded generator */
+} eng_sampling;
+
+typedef struct engine_opts {
+    const char *model;         /* checkpoint directory, or "synthetic:CONFIG" (a shipped name or
+                                  a config.json path) */
+    const char *backend;       /* "cuda" or "cpu" */
+    uint64_t weight_seed;      /* synthetic weights */
+    int32_t block_size;        /* tokens per KV block (default 16) */
+    int32_t num_blocks;        /* KV blocks per layer (0: enough for max_seqs x max_model_len) */
+    int32_t max_tokens;        /* T per step: the workspace is sized for it (default 2048) */
+    int32_t max_seqs;          /* B per step (default 256) */
+    int32_t max_model_len;     /* tokens per sequence (0: the config's max_position_embeddings) */
+    bool cpu_round_bf16;       /* cpu: round weights, KV and GEMM inputs to bf16 where the GPU
+                                  does, so GPU and CPU logits agree to bf16 accumulation error */
+    bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
+    bool cuda_pdl;             /* cuda: programmatic dependent launch (kernels overlap their
+                                  neighbours' launch and tail; process-wide) */
+    int32_t skinny_max_tokens; /* cuda: GEMMs with at most this many rows use the engine's own
+                                  weight-streaming kernel instead of cuBLAS (0: never) */
+} engine_opts;
+
+/* Fills the defaults above (backend "cuda", graphs and PDL on, skinny GEMM up to 8 rows). */
+void engine_opts_default(engine_opts *o);
+
+typedef struct engine_backend_ops {
+    const char *name;
+    /* Builds the model (weights from `src`) and the KV cache; sets *self. */
+    int (*open)(void **self, const model_config *mc, const engine_opts *o,
+                const struct wt_source *src, terr *e);
+    /* Enqueues the forward pass of a validated step; logits of its N rows are kept. */
+    int (*forward)(void *self, const eng_step *s, terr *e);
+    /* Picks a token from each of the last step's N logits rows into out (host). */
+    int (*sample)(void *self, int32_t n, const eng_sampling *sp, int32_t *out, terr *e);
+    /* Copies the last step's logits, (n, vocab) float32, to host memory. */
+    int (*logits)(void *self, int32_t n, float *out, terr *e);
+    /* Waits until everything enqueued has run. */
+    int (*sync)(void *self, terr *e);
+    void (*destroy)(void *self);
+} engine_backend_ops;
+
+typedef struct engine {
+    const engine_backend_ops *ops;
+    void *self;
+    model_config mc;
+    engine_opts opts;           /* as resolved: defaults filled, num_blocks computed */
+    int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
+    int32_t last_num_logits;    /* N of the last forward */
+} engine;
+
+/* Error codes: bad input (flags, config, weights file, step) vs. a failure of the device. */
+#define ENGINE_ERR_INPUT (-1)
+#define ENGINE_ERR_DEVICE (-2)
+
+/* Opens a model on a backend. Returns 0, ENGINE_ERR_INPUT or ENGINE_ERR_DEVICE (e set). */
+int engine_open(engine *eng, const engine_opts *o, terr *e);
+void engine_close(engine *eng);
+/* Validates s (see the invariants above) and runs it. */
+int engine_forward(engine *eng, const eng_step *s, terr *e);
+int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e);
+int engine_logits(engine *eng, float *out, terr *e);
+int engine_sync(engine *eng, terr *e);
+/* The backend names, for --help. */
+const char *engine_backend_names(void);
+
+/* Resolves a --model spec to its config; *synthetic says whether weights are to be made. */
+int engine_resolve_model(const char *spec, model_config *mc, bool *synthetic, terr *e);
+
+/* Backends (engine/cpu_backend.c, engine/cuda_backend.c). */
+extern const engine_backend_ops cpu_backend_ops;
+extern const engine_backend_ops cuda_backend_ops;
+
+/* cuda only: the stream the engine runs on (a cudaStream_t), for timing with events. */
+void *engine_cuda_stream(engine *eng);
+
+#endif

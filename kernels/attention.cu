@@ -1,0 +1,489 @@
+// attention.cu: attention over the paged KV cache (k_cache/v_cache: (slots, nkv, hd) bf16,
+// slot = block_table[pos / block_size] * block_size + pos % block_size).
+//
+// decode_attn_kernel: one query row per sequence. The context is split into partitions of
+// K_DECODE_PARTITION tokens, one thread block each per group of G query heads that share a KV
+// head (so GQA loads each K/V row once for G heads). A block computes its partition's scores
+// into shared memory, their max and exp-sum, and the unnormalised output; the last block of a
+// (sequence, head group) to finish (atomic counter) combines the partitions, so decode needs one
+// launch. Memory bound: every K and V byte of the context is read once.
+//
+// prefill_attn_kernel: 64 query rows of one sequence and one head per block (4 warps x 16
+// rows); keys in tiles of 64 gathered from the pages with cp.async, double buffered; S = QK^T and
+// O += PV on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators), online softmax in
+// registers (FlashAttention-2). Row i of the sequence is position ctx + i and sees keys
+// 0..ctx+i: with the chunk's K/V already written to the cache this is prefill, chunked prefill
+// (a chunk after a cached prefix) and the causal mask in one.
+//
+// Scores are scaled by log2(e)/sqrt(hd) up front so softmax uses exp2.
+#include <math.h>
+
+#include "kernels/common.cuh"
+
+#define LOG2E 1.4426950408889634f
+
+// ---- decode ---------------------------------------------------------------------------------
+
+#define DEC_THREADS 128
+#define DEC_WARPS (DEC_THREADS / 32)
+#define DEC_UNROLL 4
+
+template <int HD, int G>
+__global__ void __launch_bounds__(DEC_THREADS)
+decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts,
+                   float *partials, int32_t *counters)
+{
+    constexpr int LPT = HD / 8;  // lanes per K/V row (16 bytes each)
+    constexpr int TPW = 32 / LPT; // rows per warp per step
+    constexpr int STEP = DEC_WARPS * TPW;
+    __shared__ float s_p[G][K_DECODE_PARTITION]; // scores, then probabilities
+    __shared__ float s_red[DEC_WARPS][G][HD]; // per-warp output partials
+    __shared__ float s_stat[2][G];           // max, sum
+    __shared__ int s_last;
+
+    griddep_wait();
+    griddep_launch_next();
+    const int group = blockIdx.x, di = blockIdx.y, part = blockIdx.z;
+    const int b = decode_seqs[di];
+    const int len = a.seq_lens[b];
+    const int nparts = (len + P - 1) / P;
+    if (part >= nparts) return;
+    const int t0 = part * P, t1 = min(t0 + P, len), n = t1 - t0;
+    const int qh0 = group * G, kvh = qh0 / (a.nh / a.nkv);
+    const int row = a.query_start_loc[b];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, dl = lane % LPT;
+    const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
+    const int bs = a.block_size;
+
+    float q[G][8];
+    const float qscale = a.scale * LOG2E;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float4 *qp = reinterpret_cast<const float4 *>(a.qkv + (int64_t)row * a.qkv_stride +
+                                                            (int64_t)(qh0 + g) * HD + dl * 8);
+        float4 x0 = qp[0], x1 = qp[1];
+        q[g][0] = x0.x * qscale, q[g][1] = x0.y * qscale, q[g][2] = x0.z * qscale, q[g][3] = x0.w * qscale;
+        q[g][4] = x1.x * qscale, q[g][5] = x1.y * qscale, q[g][6] = x1.z * qscale, q[g][7] = x1.w * qscale;
+    }
+
+    // Phase 1: scores. The loop bound is uniform per warp (shuffles need every lane).
+    for (int wb = warp * TPW; wb < n; wb += DEC_UNROLL * STEP) {
+        uint4 kv[DEC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            int j = wb + u * STEP + sub;
+            kv[u] = make_uint4(0, 0, 0, 0);
+            if (j < n) {
+                int t = t0 + j;
+                int64_t slot = (int64_t)bt[t / bs] * bs + t % bs;
+                kv[u] = ld_stream(a.k_cache + (slot * a.nkv + kvh) * HD + dl * 8);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            float kf[8];
+            bf16x8_to_f32(kv[u], kf);
+            int j = wb + u * STEP + sub;
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float s = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i++) s = fmaf(q[g][i], kf[i], s);
+#pragma unroll
+                for (int o = LPT / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (dl == 0 && j < n) s_p[g][j] = s;
+            }
+        }
+    }
+    __syncthreads();
+
+    // Phase 2: max and exp-sum per head (warp g handles heads g, g + 4, ...).
+    for (int g = warp; g < G; g += DEC_WARPS) {
+        float m = -INFINITY;
+        for (int j = lane; j < n; j += 32) m = fmaxf(m, s_p[g][j]);
+        m = warp_max(m);
+        float l = 0;
+        for (int j = lane; j < n; j += 32) {
+            float p = exp2f(s_p[g][j] - m);
+            s_p[g][j] = p;
+            l += p;
+        }
+        l = warp_sum(l);
+        if (lane == 0) s_stat[0][g] = m, s_stat[1][g] = l;
+    }
+    __syncthreads();
+
+    // Phase 3: o = sum_j p_j v_j; lane holds 8 dims of G heads for its rows.
+    float acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[g][i] = 0;
+    for (int wb = warp * TPW; wb < n; wb += DEC_UNROLL * STEP) {
+        uint4 vv[DEC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            int j = wb + u * STEP + sub;
+            vv[u] = make_uint4(0, 0, 0, 0);
+            if (j < n) {
+                int t = t0 + j;
+                int64_t slot = (int64_t)bt[t / bs] * bs + t % bs;
+                vv[u] = ld_stream(a.v_cache + (slot * a.nkv + kvh) * HD + dl * 8);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            int j = wb + u * STEP + sub;
+            if (j < n) {
+                float vf[8];
+                bf16x8_to_f32(vv[u], vf);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float p = s_p[g][j];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+                }
+            }
+        }
+    }
+    // Sum the TPW row-lanes of each dim chunk within the warp, then across warps.
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+            for (int o = LPT; o < 32; o <<= 1) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) s_red[warp][g][dl * 8 + i] = acc[g][i];
+    }
+    __syncthreads();
+
+    bf16_t *out = a.out + (int64_t)row * a.out_stride;
+    if (nparts == 1) { // the whole context in this block: normalise and write
+        for (int k = threadIdx.x; k < G * HD; k += DEC_THREADS) {
+            int g = k / HD, d = k % HD;
+            float o = 0;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) o += s_red[w][g][d];
+            out[(qh0 + g) * HD + d] = __bfloat16_as_ushort(__float2bfloat16_rn(o / s_stat[1][g]));
+        }
+        return;
+    }
+    // Several partitions: store (o, m, l), then the last block to arrive combines them.
+    for (int k = threadIdx.x; k < G * (HD + 2); k += DEC_THREADS) {
+        int g = k / (HD + 2), d = k % (HD + 2);
+        float v;
+        if (d < HD) {
+            v = 0;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) v += s_red[w][g][d];
+        } else {
+            v = s_stat[d - HD][g];
+        }
+        partials[(((int64_t)di * a.nh + qh0 + g) * max_parts + part) * (HD + 2) + d] = v;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *ctr = counters + (int64_t)di * a.nh + qh0;
+        s_last = atomicAdd(ctr, 1) == nparts - 1;
+        if (s_last) *ctr = 0; // ready for the next launch
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int k = threadIdx.x; k < G * HD; k += DEC_THREADS) {
+        int g = k / HD, d = k % HD;
+        const float *pp = partials + (((int64_t)di * a.nh + qh0 + g) * max_parts) * (HD + 2);
+        float m = -INFINITY;
+        for (int p = 0; p < nparts; p++) m = fmaxf(m, __ldcg(pp + p * (HD + 2) + HD));
+        float num = 0, den = 0;
+        for (int p = 0; p < nparts; p++) {
+            float w = exp2f(__ldcg(pp + p * (HD + 2) + HD) - m);
+            num += w * __ldcg(pp + p * (HD + 2) + d);
+            den += w * __ldcg(pp + p * (HD + 2) + HD + 1);
+        }
+        out[(qh0 + g) * HD + d] = __bfloat16_as_ushort(__float2bfloat16_rn(num / den));
+    }
+}
+
+template <int HD, int G>
+static cudaError_t launch_decode(const k_attn_args *a, const int32_t *decode_seqs, int32_t num_decode,
+                                 int32_t P, int32_t max_parts, float *partials, int32_t *counters,
+                                 cudaStream_t stream)
+{
+    dim3 grid(a->nh / G, num_decode, max_parts);
+    return k_launch(decode_attn_kernel<HD, G>, grid, dim3(DEC_THREADS), 0, stream, *a, decode_seqs,
+                    P, max_parts, partials, counters);
+}
+
+template <int HD>
+static cudaError_t decode_hd(const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t P,
+                             int32_t mp, float *partials, int32_t *counters, cudaStream_t stream)
+{
+    int group = a->nh / a->nkv;
+    // Heads per block: the whole GQA group when it is 1, 2, 4 or 8; else one head per block.
+    if (group % 8 == 0) return launch_decode<HD, 8>(a, ds, nd, P, mp, partials, counters, stream);
+    if (group % 4 == 0) return launch_decode<HD, 4>(a, ds, nd, P, mp, partials, counters, stream);
+    if (group % 2 == 0) return launch_decode<HD, 2>(a, ds, nd, P, mp, partials, counters, stream);
+    return launch_decode<HD, 1>(a, ds, nd, P, mp, partials, counters, stream);
+}
+
+extern "C" cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
+                                          int32_t num_decode, int32_t partition,
+                                          int32_t max_partitions, float *partials,
+                                          int32_t *counters, cudaStream_t stream)
+{
+    if (num_decode == 0) return cudaSuccess;
+    if (partition < 32 || partition > K_DECODE_PARTITION || (partition & (partition - 1)))
+        return cudaErrorInvalidValue;
+    switch (a->hd) {
+    case 32: return decode_hd<32>(a, decode_seqs, num_decode, partition, max_partitions, partials, counters, stream);
+    case 64: return decode_hd<64>(a, decode_seqs, num_decode, partition, max_partitions, partials, counters, stream);
+    case 128: return decode_hd<128>(a, decode_seqs, num_decode, partition, max_partitions, partials, counters, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+// ---- prefill ----------------------------------------------------------------------------------
+
+#define PF_BQ K_PREFILL_TILE
+#define PF_BK 64
+#define PF_THREADS 128
+
+__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *p)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// 16-byte global -> shared copy; src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// K and V double buffers; the Q tile is staged in K's second buffer (its fragments move to
+// registers before that buffer is first filled), so 3 blocks fit per SM.
+static_assert(PF_BQ == PF_BK, "the Q tile is staged in a K buffer");
+template <int HD> constexpr int pf_smem_bytes() { return 4 * PF_BK * (HD + 8) * 2; }
+
+template <int HD>
+__global__ void __launch_bounds__(PF_THREADS, 3)
+prefill_attn_kernel(k_attn_args a, const int32_t *items)
+{
+    constexpr int LDS = HD + 8; // shared row stride (bf16): +16 bytes keeps fragment loads conflict-free
+    constexpr int KSTEPS = HD / 16, NT = HD / 8;
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *sK = smem;                  // (2, BK, LDS)
+    uint16_t *sV = sK + 2 * PF_BK * LDS;  // (2, BK, LDS)
+    uint16_t *sQ = sK + PF_BK * LDS;      // (BQ, LDS): K buffer 1 until tile 1 is loaded
+
+    griddep_wait();
+    griddep_launch_next();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int b = items[2 * blockIdx.x], i0 = items[2 * blockIdx.x + 1], head = blockIdx.y;
+    const int q0 = a.query_start_loc[b], n = a.query_start_loc[b + 1] - q0;
+    const int len = a.seq_lens[b], ctx = len - n;
+    const int kvh = head / (a.nh / a.nkv), nq = min(PF_BQ, n - i0);
+    const int last_pos = ctx + i0 + nq - 1; // the furthest key any row of this tile sees
+    const int ntiles = last_pos / PF_BK + 1;
+    const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
+    const int bs = a.block_size;
+
+    auto load_kv = [&](int kt, int buf) {
+        for (int idx = tid; idx < PF_BK * (HD / 8); idx += PF_THREADS) {
+            int j = idx / (HD / 8), c = (idx % (HD / 8)) * 8, key = kt * PF_BK + j;
+            bool ok = key <= last_pos;
+            int64_t off = 0;
+            if (ok) off = (((int64_t)bt[key / bs] * bs + key % bs) * a.nkv + kvh) * HD + c;
+            cp_async16(sK + (buf * PF_BK + j) * LDS + c, a.k_cache + off, ok ? 16 : 0);
+            cp_async16(sV + (buf * PF_BK + j) * LDS + c, a.v_cache + off, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    load_kv(0, 0);
+
+    // Q tile, pre-scaled, to bf16 in shared memory (rows past nq are zeros).
+    const float qscale = a.scale * LOG2E;
+    for (int idx = tid; idx < PF_BQ * (HD / 4); idx += PF_THREADS) {
+        int r = idx / (HD / 4), c = (idx % (HD / 4)) * 4;
+        float4 v = make_float4(0, 0, 0, 0);
+        if (r < nq)
+            v = *reinterpret_cast<const float4 *>(a.qkv + (int64_t)(q0 + i0 + r) * a.qkv_stride +
+                                                  (int64_t)head * HD + c);
+        uint32_t *dst = reinterpret_cast<uint32_t *>(sQ + r * LDS + c);
+        dst[0] = pack_bf16x2(v.x * qscale, v.y * qscale);
+        dst[1] = pack_bf16x2(v.z * qscale, v.w * qscale);
+    }
+    __syncthreads();
+    uint32_t qf[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        const uint16_t *p = sQ + (warp * 16 + g) * LDS + kk * 16 + tq * 2;
+        qf[kk][0] = *reinterpret_cast<const uint32_t *>(p);
+        qf[kk][1] = *reinterpret_cast<const uint32_t *>(p + 8 * LDS);
+        qf[kk][2] = *reinterpret_cast<const uint32_t *>(p + 8);
+        qf[kk][3] = *reinterpret_cast<const uint32_t *>(p + 8 * LDS + 8);
+    }
+    __syncthreads(); // every warp holds its Q fragments: K buffer 1 may be refilled
+    // This thread's two rows (g and g + 8 of the warp's 16); rows past nq borrow the last
+    // valid position so their (discarded) softmax stays finite.
+    const int r0 = warp * 16 + g, r1 = r0 + 8;
+    const int qpos0 = ctx + i0 + min(r0, nq - 1), qpos1 = ctx + i0 + min(r1, nq - 1);
+
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int buf = kt & 1;
+        if (kt + 1 < ntiles) {
+            load_kv(kt + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *K = sK + buf * PF_BK * LDS, *V = sV + buf * PF_BK * LDS;
+
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const uint16_t *kp = K + (j * 8 + g) * LDS + kk * 16 + tq * 2;
+                mma_bf16(s[j], qf[kk], *reinterpret_cast<const uint32_t *>(kp),
+                         *reinterpret_cast<const uint32_t *>(kp + 8));
+            }
+        // Causal mask (only tiles reaching past the warp's first row need one), then the online
+        // softmax update for rows r0 (elements 0, 1) and r1 (2, 3).
+        if (kt * PF_BK + PF_BK - 1 > ctx + i0 + warp * 16) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int key = kt * PF_BK + j * 8 + tq * 2;
+                if (key > qpos0) s[j][0] = -INFINITY;
+                if (key + 1 > qpos0) s[j][1] = -INFINITY;
+                if (key > qpos1) s[j][2] = -INFINITY;
+                if (key + 1 > qpos1) s[j][3] = -INFINITY;
+            }
+        }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        // Key 0 is visible to every row, so after the first tile the running max is finite.
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
+        m0 = mn0, m1 = mn1;
+        float ps0 = 0, ps1 = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            s[j][0] = exp2f(s[j][0] - mn0), s[j][1] = exp2f(s[j][1] - mn0);
+            s[j][2] = exp2f(s[j][2] - mn1), s[j][3] = exp2f(s[j][3] - mn1);
+            ps0 += s[j][0] + s[j][1];
+            ps1 += s[j][2] + s[j][3];
+        }
+        l0 = l0 * al0 + ps0;
+        l1 = l1 * al1 + ps1;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            o[j][0] *= al0, o[j][1] *= al0;
+            o[j][2] *= al1, o[j][3] *= al1;
+        }
+        // O += P V: the S accumulators of key columns 16k..16k+15 are exactly the A fragment.
+#pragma unroll
+        for (int kk = 0; kk < PF_BK / 16; kk++) {
+            uint32_t pa[4];
+            pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int j2 = 0; j2 < NT / 2; j2++) {
+                int mi = lane >> 3, r = lane & 7;
+                const uint16_t *vp = V + (kk * 16 + (mi & 1) * 8 + r) * LDS + (2 * j2 + (mi >> 1)) * 8;
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, vp);
+                mma_bf16(o[2 * j2], pa, vb[0], vb[1]);
+                mma_bf16(o[2 * j2 + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads(); // everyone is done with buf before it is refilled
+    }
+
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        int col = head * HD + j * 8 + tq * 2;
+        if (r0 < nq)
+            *reinterpret_cast<uint32_t *>(a.out + (int64_t)(q0 + i0 + r0) * a.out_stride + col) =
+                pack_bf16x2(o[j][0] * inv0, o[j][1] * inv0);
+        if (r1 < nq)
+            *reinterpret_cast<uint32_t *>(a.out + (int64_t)(q0 + i0 + r1) * a.out_stride + col) =
+                pack_bf16x2(o[j][2] * inv1, o[j][3] * inv1);
+    }
+}
+
+template <int HD>
+static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, int32_t num_items,
+                                  cudaStream_t stream)
+{
+    constexpr int smem = pf_smem_bytes<HD>();
+    static bool attr_set = false;
+    if (!attr_set) {
+        cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+        attr_set = true;
+    }
+    return k_launch(prefill_attn_kernel<HD>, dim3(num_items, a->nh), dim3(PF_THREADS), smem, stream,
+                    *a, items);
+}
+
+extern "C" cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items,
+                                           int32_t num_items, cudaStream_t stream)
+{
+    if (num_items == 0) return cudaSuccess;
+    switch (a->hd) {
+    case 32: return launch_prefill<32>(a, items, num_items, stream);
+    case 64: return launch_prefill<64>(a, items, num_items, stream);
+    case 128: return launch_prefill<128>(a, items, num_items, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}

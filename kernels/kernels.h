@@ -1,0 +1,115 @@
+/*
+ * kernels.h: the CUDA kernels of the forward pass, behind extern "C" launchers (zeux/calm's
+ * split: C host code, CUDA only in kernels/). Each launcher enqueues on `stream` and returns
+ * the launch error (cudaGetLastError), which the caller checks.
+ *
+ * Every kernel has a plain-C twin in engine/cpu_ops.c (or engine/sampler.c) that
+ * tests/test_engine_gpu.c checks it against on fresh random inputs.
+ *
+ * Types: bf16 values travel as their raw 16 bits (uint16_t) so C can hold them; activations in
+ * the residual stream and GEMM outputs are float32. Shapes as in engine.h: T token rows,
+ * h hidden, nh/nkv heads of hd dims, I MLP width; qkv rows are [q (nh*hd) | k (nkv*hd) | v].
+ * KV caches (one layer): (num_blocks * block_size slots, nkv, hd) bf16.
+ *
+ * Programmatic dependent launch (k_set_pdl): kernels are launched so that the next one may
+ * start while this one drains; each kernel reads nothing written by an earlier kernel, and
+ * writes nothing, before its griddepcontrol.wait. Only constant data (weights) is touched
+ * before that point, which lets the skinny GEMM start streaming weights early.
+ */
+#ifndef TANDEM_KERNELS_H
+#define TANDEM_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t bf16_t;
+
+/* Turns programmatic dependent launch on or off for later launches (default on). */
+void k_set_pdl(int on);
+/* Turns the skinny GEMM's early L2 bulk prefetch of its weight rows on or off (default off: it
+ * measured slower, see docs/engine.md). */
+void k_set_l2_prefetch(int on);
+
+/* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (engine/numerics.h), i < n. */
+cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint32_t tensor_id, float mean,
+                         float std, cudaStream_t stream);
+
+/* x[t] = embed[tokens[t]]: embed (V, h) bf16, x (T, h) float. h % 8 == 0. */
+cudaError_t k_embed(const bf16_t *embed, const int32_t *tokens, int32_t T, int32_t h, float *x,
+                    cudaStream_t stream);
+
+/* Fused residual add + RMSNorm, as cpu_add_rmsnorm: for n rows r (rows[i], or i if rows is
+ * NULL): y = x[r] + delta[r] (delta may be NULL); out[i] = bf16(y * rsqrt(mean(y^2) + eps) * w);
+ * without rows x[r] = y is stored. h % 8 == 0, h <= 16384. */
+cudaError_t k_add_rmsnorm(float *x, const float *delta, const bf16_t *w, const int32_t *rows,
+                          int32_t n, int32_t h, float eps, bf16_t *out, cudaStream_t stream);
+
+/* RoPE (rotate_half pairing, angle = pos * inv_freq[i]) on the q and k heads of each row of
+ * qkv (float, rotated in place), then k and v written as bf16 into the caches at
+ * slot_mapping[t] (skipped when negative). */
+cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions, const int32_t *slot_mapping,
+                            int32_t T, int32_t nh, int32_t nkv, int32_t hd, const float *inv_freq,
+                            bf16_t *k_cache, bf16_t *v_cache, cudaStream_t stream);
+
+/* out[t][i] = bf16(silu(gu[t][i]) * gu[t][I + i]): gu (T, 2I) bf16, out (T, I). I % 8 == 0. */
+cudaError_t k_silu_mul(const bf16_t *gu, int32_t T, int32_t I, bf16_t *out, cudaStream_t stream);
+
+/* y = x w^T for few rows (M <= 8): x (M, K) bf16, w (N, K) bf16, y (M, N) float or bf16.
+ * One warp per weight row streams it with 16-byte loads; the weight traffic is the whole cost,
+ * and its first loads are issued before waiting for the previous kernel. K % 8 == 0. */
+cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32, int32_t M,
+                          int32_t N, int32_t K, cudaStream_t stream);
+
+/* What both attention kernels read. */
+typedef struct k_attn_args {
+    const float *qkv;             /* (T, qkv_stride) after RoPE */
+    int32_t qkv_stride;
+    const bf16_t *k_cache, *v_cache;
+    bf16_t *out;                  /* (T, out_stride): head h at columns [h*hd, (h+1)*hd) */
+    int32_t out_stride;
+    const int32_t *query_start_loc; /* (B+1) */
+    const int32_t *seq_lens;        /* (B) */
+    const int32_t *block_tables;    /* (B, bt_stride) */
+    int32_t bt_stride;
+    int32_t nh, nkv, hd, block_size;
+    float scale;                  /* 1/sqrt(hd) */
+} k_attn_args;
+
+/* Tokens per partition of the decode kernel, at most: a context of L tokens is split over
+ * ceil(L / partition) thread blocks per head group (partition a power of two in [32, 256],
+ * chosen by the caller to fill the GPU), combined by the last block to finish. */
+#define K_DECODE_PARTITION 256
+
+/* Decode attention for the sequences listed in decode_seqs (each has exactly one new row):
+ * grid (head groups, num_decode, max_partitions); blocks past a sequence's length exit.
+ * partials: (num_decode, nh, max_partitions, hd + 2) floats; counters: (num_decode, nh) ints,
+ * zero before the first launch and left zero by every launch. hd in {32, 64, 128}. */
+cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs, int32_t num_decode,
+                               int32_t partition, int32_t max_partitions, float *partials,
+                               int32_t *counters, cudaStream_t stream);
+
+/* Query rows per block of the prefill kernel. */
+#define K_PREFILL_TILE 64
+
+/* Causal attention for query tiles of K_PREFILL_TILE rows: items (num_items, 2) = (sequence, first row
+ * offset within it). Row i of sequence b is position seq_len - n_b + i and attends keys
+ * 0..position, all read from the paged cache (the new chunk's K/V were written first): this
+ * serves prefill and chunked prefill alike. Tensor cores (mma.sync bf16, fp32 accumulate),
+ * online softmax. hd in {32, 64, 128}. */
+cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int32_t num_items,
+                                cudaStream_t stream);
+
+/* One token per row of logits (n, V), as engine/sampler.c: greedy when temperature <= 0, else
+ * temperature + top-p with the given uniform draws. */
+cudaError_t k_sample(const float *logits, int32_t n, int32_t V, const float *temperature,
+                     const float *top_p, const float *uniform, int32_t *out, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
