@@ -10,5 +10,6 @@ int sim_main(int argc, char **argv) __attribute__((weak));
 int trace_main(int argc, char **argv) __attribute__((weak));
 int generate_main(int argc, char **argv) __attribute__((weak));
 int sweep_main(int argc, char **argv) __attribute__((weak));
+int run_main(int argc, char **argv) __attribute__((weak));
 
 #endif

@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"sim", sim_main, "simulate a trace under a scheduling policy with the GPU cost model"},
+    {"run", run_main, "serve a trace on the real engine with the same loop and policy, in real time"},
     {"sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
     {"trace", trace_main, "trace tools: `trace gen` writes a synthetic trace, `trace stats` summarises one"},
     {"generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},

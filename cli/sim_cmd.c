@@ -43,7 +43,7 @@ int sim_main(int argc, char **argv)
     int code = sim_run(&o, &su, &sum, &e);
     if (code) fprintf(stderr, "tandem sim: %s\n", e.msg);
     else {
-        if (!o.quiet) metrics_print_summary(&sum, stdout);
+        if (!o.quiet) metrics_print_summary(&sum, "simulated", stdout);
         if (o.out && !o.quiet) printf("outputs: %s/summary.json, requests.csv%s\n", o.out, o.steps ? ", steps.csv" : "");
     }
     sim_setup_free(&su);

@@ -45,6 +45,7 @@ const opt_spec sim_option_specs[] = {
     {"skip-bad-rows", OPT_BOOL, O(skip_bad_rows), "false", "skip and count bad trace rows instead of failing"},
     {"requests", OPT_BOOL, O(requests), "true", "write requests.csv"},
     {"steps", OPT_BOOL, O(steps), "true", "write steps.csv"},
+    {"tokens", OPT_BOOL, O(tokens), "false", "write tokens.csv: generated token ids (run only)"},
     {"max-steps", OPT_I64, O(max_steps), "0", "stop with an error after N steps (0: no limit)"},
     {"quiet", OPT_BOOL, O(quiet), "false", "print nothing on success"},
     OPT_END,
@@ -95,7 +96,9 @@ int sim_resolve(const sim_options *o, sim_setup *su, terr *e)
 {
     *su = (sim_setup){0};
     if (!o->trace) return terr_set(e, "--trace is required (see --help)");
-    if (model_config_load(&su->model, o->model, e)) return -1;
+    /* "synthetic:NAME" (the engine's seeded weights) has NAME's shape: all a cost model needs */
+    const char *model = strncmp(o->model, "synthetic:", 10) == 0 ? o->model + 10 : o->model;
+    if (model_config_load(&su->model, model, e)) return -1;
     if (!(su->gpu = gpu_find(o->gpu))) {
         char names[256] = "";
         FILE *f = fmemopen(names, sizeof names - 1, "w");
@@ -240,16 +243,23 @@ static json_t *config_json(const sim_options *o, const sim_setup *su, const char
 
 int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, terr *e)
 {
-    trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
-    trace_reader *tr;
-    if (trace_open(&tr, o->trace, &to, e)) return 2;
     executor ex;
     cost_model_opts cmo = cost_model_opts_default();
     cmo.block_size = su->sched.block_size;
-    if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) {
-        trace_close(tr);
-        return 2;
-    }
+    if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) return 2;
+    tclock clock;
+    tclock_init_sim(&clock);
+    int code = sim_replay(o, su, ex, &clock, out, e);
+    ex.ops->destroy(ex.self);
+    return code;
+}
+
+int sim_replay(const sim_options *o, const sim_setup *su, executor ex, tclock *clock, metrics_summary *out,
+               terr *e)
+{
+    trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
+    trace_reader *tr;
+    if (trace_open(&tr, o->trace, &to, e)) return 2;
     metrics_options mo = {
         .out_dir = o->out,
         .goodput_ttft_ms = su->goodput_ttft_ms,
@@ -257,10 +267,10 @@ int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, ter
         .goodput_e2el_ms = su->goodput_e2el_ms,
         .write_requests = o->requests,
         .write_steps = o->steps,
+        .write_tokens = o->tokens,
     };
     metrics *m;
     if (metrics_open(&m, &mo, e)) {
-        ex.ops->destroy(ex.self);
         trace_close(tr);
         return 1;
     }
@@ -272,8 +282,6 @@ int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, ter
         .seed = (uint64_t)o->seed,
         .max_steps = o->max_steps,
     };
-    tclock clock;
-    tclock_init_sim(&clock);
     serve_result res;
     int code = 0;
     relabel rl = {.inner = trace_source(tr), .su = su, .num_clients = o->num_clients};
@@ -283,14 +291,13 @@ int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, ter
         gsl_rng_set(rl.rng, (unsigned long)o->seed ^ 0x5eed0fc1a55e5ULL);
         src = (arrival_source){relabel_next, &rl};
     }
-    if (serve_run(&sc, src, ex, &clock, m, NULL, &res, e)) code = 2;
+    if (serve_run(&sc, src, ex, clock, m, NULL, &res, e)) code = 2;
     if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
         if (metrics_finish(m, config_json(o, su, trace_format_name(trace_get_format(tr))), out, e)) code = 1;
     }
     metrics_free(m);
-    ex.ops->destroy(ex.self);
     trace_close(tr);
     return code;
 }

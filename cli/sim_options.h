@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "cli/options.h"
+#include "core/clock.h"
+#include "core/executor.h"
 #include "core/metrics.h"
 #include "core/model_config.h"
 #include "core/policy.h"
@@ -25,7 +27,7 @@ typedef struct sim_options {
         long_prefill_token_threshold, chunk_size, seed, max_requests, max_steps;
     double gpu_memory_utilization, swap_space, length_predictor_error, time_scale;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
-        requests, steps, quiet;
+        requests, steps, tokens, quiet;
 } sim_options;
 
 extern const opt_spec sim_option_specs[];
@@ -51,7 +53,12 @@ typedef struct sim_setup {
 /* Checks the options and resolves model, GPU, KV capacity, policy. Errors name the flag. */
 int sim_resolve(const sim_options *o, sim_setup *su, terr *e);
 void sim_setup_free(sim_setup *su);
-/* Replays the trace. Returns 0, 2 on bad input (e says FILE:LINE: ...), 1 on output failure. */
+/* Replays the trace on the cost model in simulated time. Returns 0, 2 on bad input (e says
+ * FILE:LINE: ...), 1 on output failure. */
 int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, terr *e);
+/* Replays the trace through any executor and clock (`tandem run`: the engine, the wall clock).
+ * Writes the outputs as sim does. */
+int sim_replay(const sim_options *o, const sim_setup *su, executor ex, tclock *clock, metrics_summary *out,
+               terr *e);
 
 #endif

@@ -92,7 +92,7 @@ static void ob_ms(obuf *o, double ns) { ob_fixed(o, ns_to_us(ns), 3); }
 
 struct metrics {
     metrics_options opt;
-    obuf *req_out, *step_out;
+    obuf *req_out, *step_out, *tok_out;
     char summary_path[4096];
     samples ttft, tpot, e2el, queue; /* ms, one per finished request */
     qhist itl;                       /* ms, on a microsecond grid */
@@ -148,6 +148,10 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
                                    e);
             if (!m->step_out) goto fail;
         }
+        if (opt->write_tokens) {
+            m->tok_out = open_csv(opt->out_dir, "tokens.csv", "id,output_ids\n", e);
+            if (!m->tok_out) goto fail;
+        }
         snprintf(m->summary_path, sizeof m->summary_path, "%s/summary.json", opt->out_dir);
     }
     *out = m;
@@ -197,6 +201,15 @@ void metrics_request_done(metrics *m, const request *r)
     }
     s->num_preemptions += r->num_preemptions;
 
+    if (m->tok_out && done && r->output_ids) {
+        ob_i64(m->tok_out, r->id);
+        ob_char(m->tok_out, ',');
+        for (int32_t i = 0; i < r->num_output_tokens; i++) {
+            if (i) ob_char(m->tok_out, ' ');
+            ob_i64(m->tok_out, r->output_ids[i]);
+        }
+        ob_char(m->tok_out, '\n');
+    }
     obuf *o = m->req_out;
     if (!o) return;
     ob_i64(o, r->id);
@@ -404,10 +417,12 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
         if (fclose(m->req_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
         m->req_out->f = NULL;
     }
-    if (m->step_out) {
-        ob_flush(m->step_out);
-        if (fclose(m->step_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
-        m->step_out->f = NULL;
+    obuf *more[] = {m->step_out, m->tok_out};
+    for (size_t i = 0; i < ARRAY_LEN(more); i++) {
+        if (!more[i]) continue;
+        ob_flush(more[i]);
+        if (fclose(more[i]->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
+        more[i]->f = NULL;
     }
     if (m->summary_path[0]) {
         json_t *o = metrics_summary_json(s, &m->opt);
@@ -428,7 +443,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
 void metrics_free(metrics *m)
 {
     if (!m) return;
-    obuf *bufs[] = {m->req_out, m->step_out};
+    obuf *bufs[] = {m->req_out, m->step_out, m->tok_out};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) {
         if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);
         free(bufs[i]);
@@ -442,9 +457,9 @@ void metrics_free(metrics *m)
     free(m);
 }
 
-void metrics_print_summary(const metrics_summary *s, FILE *f)
+void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f)
 {
-    fprintf(f, "============ Serving Benchmark Result (simulated) ============\n");
+    fprintf(f, "============ Serving Benchmark Result (%s) ============\n", what);
     fprintf(f, "%-40s %-10lld\n", "Successful requests:", (long long)s->completed);
     fprintf(f, "%-40s %-10lld\n", "Rejected requests:", (long long)s->num_rejected);
     if (s->num_bad_rows) fprintf(f, "%-40s %-10lld\n", "Bad trace rows skipped:", (long long)s->num_bad_rows);

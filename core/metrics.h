@@ -32,6 +32,8 @@ typedef struct metrics_options {
     double goodput_e2el_ms;
     bool write_requests;    /* requests.csv (on by default in the CLI) */
     bool write_steps;       /* steps.csv (on by default in the CLI) */
+    bool write_tokens;      /* tokens.csv: each finished request's generated token ids, when the
+                               executor produced real tokens (the engine) */
 } metrics_options;
 
 typedef struct step_stats {
@@ -91,8 +93,8 @@ void metrics_add_bad_rows(metrics *m, int64_t n);
 int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e);
 void metrics_free(metrics *m);
 
-/* The short human-readable table `tandem sim` prints. */
-void metrics_print_summary(const metrics_summary *s, FILE *f);
+/* The short human-readable table `tandem sim` prints; `what` ends the title ("simulated"). */
+void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f);
 /* The summary as a JSON object (what summary.json holds, minus config). */
 json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *opt);
 
