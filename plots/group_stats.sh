@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# plots/group_stats.sh: latency statistics of a requests.csv per group of requests (a priority
+# class, long vs short prompts), which a sweep's results.csv (whole-run figures) does not give.
+#
+#   plots/group_stats.sh [-p PREFIX] FILE GROUP METRIC [METRIC...]
+#
+#   GROUP   a column name (e.g. priority), or NAME=AWK_EXPR (c["col"] is a column's value), e.g.
+#           'long=(c["prompt_tokens"] >= 4096 ? "long" : "short")'; "-" for one group, "all"
+#   METRIC  a column name (ttft_ms, tpot_ms, e2el_ms, queue_ms, preemptions, ...), or
+#           NAME=AWK_EXPR, e.g. 'norm_latency_s=c["e2el_ms"]/1000/c["output_tokens"]'
+#   -p      a CSV prefix (e.g. "vllm,swap,") put before every data row; its header names go
+#           with -P (e.g. -P "policy,mode,")
+#
+# Over the finished requests of each group, writes CSV to stdout:
+#   [PREFIX]group,count,M_mean,M_p50,M_p90,M_p99,M_max for each METRIC M
+# Percentiles interpolate linearly between order statistics (numpy's default, as tandem's
+# summary does); a row with an empty METRIC (TPOT of a one-token output) is left out of that
+# METRIC's statistics only. Groups come out in sorted order.
+set -euo pipefail
+
+usage() { sed -n '4,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+prefix="" prefix_hdr="" no_header=0
+while getopts "p:P:nh" opt; do
+    case $opt in
+        p) prefix=$OPTARG ;;
+        P) prefix_hdr=$OPTARG ;;
+        n) no_header=1 ;;
+        *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 3 ] || usage
+file=$1 group=$2; shift 2
+[ -r "$file" ] || { echo "group_stats: cannot read '$file'" >&2; exit 2; }
+
+# awk code that sets g (the group) and m[1..] (the metrics) from c[]
+if [ "$group" = - ]; then gcode='g = "all";'; group=group
+elif [[ $group == *=* ]]; then gcode="g = (${group#*=});"; group=${group%%=*}
+else gcode="g = c[\"$group\"]; if (!(\"$group\" in ix)) { print \"group_stats: $file has no column $group\" > \"/dev/stderr\"; exit 2 }"
+fi
+names="" mcode="" i=0
+for m in "$@"; do
+    i=$((i + 1))
+    if [[ $m == *=* ]]; then
+        # an expression over an empty field (a rejected request's latency) is empty
+        guard=$(grep -o 'c\["[^"]*"\]' <<<"${m#*=}" | sed 's/.*/& == ""/' | paste -sd'|' | sed 's/|/ || /g')
+        names="$names ${m%%=*}"; mcode="$mcode m[$i] = (${guard:-0}) ? \"\" : (${m#*=});"
+    else
+        names="$names $m"; mcode="$mcode if (!(\"$m\" in ix)) { print \"group_stats: $file has no column $m\" > \"/dev/stderr\"; exit 2 } m[$i] = c[\"$m\"];"
+    fi
+done
+
+# 1. one line per (metric, group, value) of the finished requests; 2. sorted; 3. statistics
+awk -F, -v nm="$i" '
+NR == 1 { for (j = 1; j <= NF; j++) { h[j] = $j; ix[$j] = j }; next }
+{
+    for (j = 1; j <= NF; j++) c[h[j]] = $j
+    if (c["state"] != "finished") next
+    '"$gcode"'
+    '"$mcode"'
+    for (j = 1; j <= nm; j++) if (m[j] != "") printf "%d\t%s\t%.9g\n", j, g, m[j]
+}' "$file" | LC_ALL=C sort -t"$(printf '\t')" -k2,2 -k1,1n -k3,3g | awk -F'\t' -v names="$names" -v group="$group" \
+    -v prefix="$prefix" -v prefix_hdr="$prefix_hdr" -v no_header="$no_header" '
+function pct(p,    pos, lo) {                  # numpy linear interpolation over v[1..n]
+    pos = p * (n - 1) + 1; lo = int(pos)
+    return lo >= n ? v[n] : v[lo] + (pos - lo) * (v[lo + 1] - v[lo])
+}
+function flush() {
+    if (n == 0) return
+    out[cur_g, cur_m] = sprintf("%.6g,%.6g,%.6g,%.6g,%.6g", sum / n, pct(0.5), pct(0.9), pct(0.99), v[n])
+    cnt[cur_g, cur_m] = n
+    n = 0; sum = 0
+}
+BEGIN { nm = split(names, mn, " ") }
+{
+    if ($2 != cur_g || $1 != cur_m) { flush(); cur_g = $2; cur_m = $1; if (!($2 in seen)) { seen[$2] = 1; order[++ng] = $2 } }
+    v[++n] = $3; sum += $3
+}
+END {
+    flush()
+    if (!no_header) {
+        line = prefix_hdr group ",count"
+        for (j = 1; j <= nm; j++) line = line sprintf(",%s_mean,%s_p50,%s_p90,%s_p99,%s_max", mn[j], mn[j], mn[j], mn[j], mn[j])
+        print line
+    }
+    for (k = 1; k <= ng; k++) {
+        gg = order[k]; best = 0
+        for (j = 1; j <= nm; j++) if (cnt[gg, j] > best) best = cnt[gg, j]
+        line = prefix gg "," best
+        for (j = 1; j <= nm; j++) line = line "," ((gg, j) in out ? out[gg, j] : ",,,,")
+        print line
+    }
+}'
