@@ -17,6 +17,7 @@
 # a comment giving its count and a header line `"LABEL" "F"`, then `value F` rows, F the
 # fraction of the (weighted) rows at or below value.
 set -euo pipefail
+source "$(dirname "$0")/csvlib.sh"
 
 usage() { sed -n '4,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 points=200 scale=1 weight=""
@@ -65,7 +66,7 @@ while [ $# -gt 0 ]; do
         for (j = 1; j <= nf; j++) if ($ix[fc[j]] != fv[j]) next
         w = wcol == "" ? 1 : $ix[wcol]
         if (w > 0) printf "%.9g %s\n", $ix[col] * scale, w
-    }' "$file" | LC_ALL=C sort -g -k1,1 | awk -v label="$label" -v col="$column" -v points="$points" -v wcol="$weight" '
+    }' <(csv_clean "$file") | LC_ALL=C sort -g -k1,1 | awk -v label="$label" -v col="$column" -v points="$points" -v wcol="$weight" '
     { v[++n] = $1; cum[n] = (n > 1 ? cum[n - 1] : 0) + $2 }
     END {
         printf "# %s: %s of %d rows%s\n", label, col, n, wcol == "" ? "" : sprintf(" (weighted by %s, total %.9g)", wcol, cum[n])

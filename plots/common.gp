@@ -2,11 +2,14 @@
 #
 # Every script draws its figure twice, once per format, in a loop
 #     do for [ext in FORMATS] { eval term_cmd(ext, W, H); set output OUT.".".ext; ...; unset output }
+# (each script sets script_dir, the folder of plots/, before loading this file)
 # so one OUT prefix gives OUT.png and OUT.svg with the same content. The palette is Okabe-Ito
 # (readable by colour-blind readers), with a distinct point type per series so that figures
 # stay readable in grey.
 
 FORMATS = "png svg"
+# then the SVG goes through svg_tidy.sh (drops empty groups: a third of its bytes)
+svg_tidy_cmd(f) = sprintf("bash '%ssvg_tidy.sh' '%s'", script_dir, f)
 term_cmd(ext, w, h) = ext eq "png" \
     ? sprintf("set terminal pngcairo size %d,%d font 'Sans,10' linewidth 1.2 noenhanced", w, h) \
     : sprintf("set terminal svg size %d,%d font 'Sans,11' linewidth 1.2 background rgb 'white' noenhanced", w, h)

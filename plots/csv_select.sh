@@ -13,6 +13,7 @@
 # Writes CSV to stdout. Fields must not hold commas (tandem's outputs never do). Exit 2 on a
 # bad flag or a column that does not exist.
 set -euo pipefail
+source "$(dirname "$0")/csvlib.sh"
 
 usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 conds=() adds=() need=() keep=""
@@ -67,4 +68,4 @@ NR == 1 {
     '"$add_code"'
     if (!('"$cond"')) next
     line = c[k[1]]; for (i = 2; i <= nk; i++) line = line "," c[k[i]]; print line
-}' "$file"
+}' <(csv_clean "$file")

@@ -12,11 +12,12 @@
 #           with -P (e.g. -P "policy,mode,")
 #
 # Over the finished requests of each group, writes CSV to stdout:
-#   [PREFIX]group,count,M_mean,M_p50,M_p90,M_p99,M_max for each METRIC M
+#   [PREFIX]GROUP,count,mean_M,p50_M,p90_M,p99_M,max_M for each METRIC M (tandem's names)
 # Percentiles interpolate linearly between order statistics (numpy's default, as tandem's
 # summary does); a row with an empty METRIC (TPOT of a one-token output) is left out of that
 # METRIC's statistics only. Groups come out in sorted order.
 set -euo pipefail
+source "$(dirname "$0")/csvlib.sh"
 
 usage() { sed -n '4,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 prefix="" prefix_hdr="" no_header=0
@@ -59,7 +60,7 @@ NR == 1 { for (j = 1; j <= NF; j++) { h[j] = $j; ix[$j] = j }; next }
     '"$gcode"'
     '"$mcode"'
     for (j = 1; j <= nm; j++) if (m[j] != "") printf "%d\t%s\t%.9g\n", j, g, m[j]
-}' "$file" | LC_ALL=C sort -t"$(printf '\t')" -k2,2 -k1,1n -k3,3g | awk -F'\t' -v names="$names" -v group="$group" \
+}' <(csv_clean "$file") | LC_ALL=C sort -t"$(printf '\t')" -k2,2 -k1,1n -k3,3g | awk -F'\t' -v names="$names" -v group="$group" \
     -v prefix="$prefix" -v prefix_hdr="$prefix_hdr" -v no_header="$no_header" '
 function pct(p,    pos, lo) {                  # numpy linear interpolation over v[1..n]
     pos = p * (n - 1) + 1; lo = int(pos)
@@ -80,7 +81,7 @@ END {
     flush()
     if (!no_header) {
         line = prefix_hdr group ",count"
-        for (j = 1; j <= nm; j++) line = line sprintf(",%s_mean,%s_p50,%s_p90,%s_p99,%s_max", mn[j], mn[j], mn[j], mn[j], mn[j])
+        for (j = 1; j <= nm; j++) line = line sprintf(",mean_%s,p50_%s,p90_%s,p99_%s,max_%s", mn[j], mn[j], mn[j], mn[j], mn[j])
         print line
     }
     for (k = 1; k <= ng; k++) {

@@ -39,4 +39,5 @@ do for [ext in FORMATS] {
     }
     unset multiplot
     unset output
+    if (ext eq "svg") { system(svg_tidy_cmd(OUT.".svg")) }
 }

@@ -16,6 +16,9 @@
 #   hline="YCOL=VALUE=TEXT"  a dashed reference line (an SLO) on panel YCOL
 #   yrange0=1                start every linear y axis at 0
 #   panel_w=W panel_h=H      pixels per panel (default 430 x 330)
+#   key="bottom right"      where the legend goes in the first panel (default top left)
+#   facet="COL"              small multiples: one row of panels per distinct value of COL
+#                            (then the YCOL panels of a row share that value), titled by it
 if (ARGC < 5) { print "usage: gnuplot -c plots/vs_x.gp CSV OUT TITLE XCOL \"YCOL...\" [SERIESCOL] [XLABEL]"; exit status 2 }
 script_dir = ARG0[1:strstrt(ARG0, "vs_x.gp")-1]
 load script_dir."common.gp"
@@ -34,12 +37,17 @@ set datafile separator ","
 set datafile columnheaders
 set datafile missing NaN
 
-npanels = words(YCOLS)
-if (!exists("ncols")) ncols = npanels < 3 ? npanels : 3
+if (!exists("facet")) facet = ""
+if (!exists("key")) key = "top left"
+nmetrics = words(YCOLS)
+facets = facet ne "" ? distinct(CSV, facet) : "\"\""
+nfacets = words(facets)
+npanels = nmetrics * nfacets
+if (!exists("ncols")) ncols = facet ne "" ? nmetrics : (npanels < 3 ? npanels : 3)
 nrows = (npanels + ncols - 1) / ncols
 series = SERIESCOL ne "" ? distinct(CSV, SERIESCOL) : "\"all\""
 nseries = words(series)
-in_series(s) = SERIESCOL eq "" ? 1 : strcol(SERIESCOL) eq s
+in_series(s, f) = (SERIESCOL eq "" ? 1 : strcol(SERIESCOL) eq s) && (facet eq "" ? 1 : strcol(facet) eq f)
 
 # hline = "YCOL=VALUE=TEXT"
 hl_col = ""; hl_val = 0; hl_text = ""
@@ -59,20 +67,23 @@ do for [ext in FORMATS] {
     set output OUT.".".ext
     set multiplot layout nrows, ncols title TITLE font ",12"
     do for [p = 1:npanels] {
-        m = word(YCOLS, p)
+        m = word(YCOLS, (p - 1) % nmetrics + 1)
+        f = word(facets, (p - 1) / nmetrics + 1)
+        if (facet ne "") { set title sprintf("%s = %s", facet, f) } else { unset title }
         set xlabel XLABEL
         set ylabel metric_label(m)
-        if (logx) { set logscale x } else { unset logscale x }
+        if (logx) { set logscale x; set autoscale xfix; set offsets graph 0.04, graph 0.04, 0, 0 } else { unset logscale x; set autoscale x; set offsets 0, 0, 0, 0 }
         if (is_logy(m)) { set logscale y; set yrange [*:*] } else { unset logscale y; if (yrange0) { set yrange [0:*] } else { set yrange [*:*] } }
-        if (p == 1 && nseries > 1) { set key top left box opaque samplen 2 reverse Left } else { unset key }
+        if (p == 1 && nseries > 1) { eval "set key ".key." box opaque samplen 2 reverse Left" } else { unset key }
         if (hl_col eq m) {
             set arrow 1 from graph 0, first hl_val to graph 1, first hl_val nohead dt 2 lc rgb "#606060" lw 1.2
             set label 1 hl_text at graph 0.98, first hl_val right offset 0, 0.6 tc rgb "#404040"
         } else { unset arrow 1; unset label 1 }
         plot for [i = 1:nseries] CSV \
-            using (in_series(word(series, i)) ? column(XCOL) : NaN):(column(m)) \
+            using (in_series(word(series, i), f) ? column(XCOL) : NaN):(column(m)) \
             smooth unique with linespoints ls i title word(series, i)
     }
     unset multiplot
     unset output
+    if (ext eq "svg") { system(svg_tidy_cmd(OUT.".svg")) }
 }
