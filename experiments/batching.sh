@@ -113,7 +113,7 @@ plot() {
     gp timeseries "$FIG/batching_timeline" \
         "Azure code trace at 5x speed (Llama-3-8B, H200): 10-second means" \
         static "$RES/timeline_static.csv" vllm "$RES/timeline_vllm.csv"
-    gp vs_x -e logx=1 -e 'facet="lengths"' "$RES/equal.csv" "$FIG/batching_equal" \
+    gp vs_x -e logx=2 -e 'facet="lengths"' "$RES/equal.csv" "$FIG/batching_equal" \
         "2,000 requests at t = 0: equal lengths vs mixed lengths (Llama-3-8B, H200)" max-num-seqs \
         "output_throughput mean_e2el_ms" scheduling-policy
 }

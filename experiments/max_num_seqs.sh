@@ -71,10 +71,10 @@ reduce() {
 plot() {
     "$PLOTS/csv_select.sh" -w "arrivals=all at t=0" "$RES/results.csv" > "$RAW_TMP/saturated.csv"
     "$PLOTS/csv_select.sh" -w "arrivals=Poisson $RATE req/s" "$RES/results.csv" > "$RAW_TMP/poisson.csv"
-    gp vs_x -e logx=1 -e yrange0=1 -e ncols=2 "$RAW_TMP/saturated.csv" "$FIG/max_num_seqs_saturated" \
+    gp vs_x -e logx=2 -e yrange0=1 -e ncols=2 "$RAW_TMP/saturated.csv" "$FIG/max_num_seqs_saturated" \
         "3,000 requests at t = 0: throughput saturates (Llama-3-8B, H200)" max-num-seqs \
         "output_throughput median_tpot_ms peak_kv_usage num_preemptions" lengths
-    gp vs_x -e logx=1 -e 'logy="p99_ttft_ms mean_e2el_ms"' -e ncols=2 "$RAW_TMP/poisson.csv" \
+    gp vs_x -e logx=2 -e 'logy="p99_ttft_ms mean_e2el_ms"' -e ncols=2 "$RAW_TMP/poisson.csv" \
         "$FIG/max_num_seqs_latency" "Poisson arrivals at $RATE requests/s: latency (Llama-3-8B, H200)" max-num-seqs \
         "request_throughput p99_ttft_ms median_tpot_ms mean_e2el_ms" lengths
 }

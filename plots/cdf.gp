@@ -35,7 +35,7 @@ do for [p = 1:npanels] {
 }
 
 dash(i) = i == 0 ? 1 : i % 4 + 1
-W = 460 * npanels; H = key eq "below" ? 430 : 380
+W = npanels == 1 ? 640 : 460 * npanels; H = key eq "below" ? 430 : 380
 do for [ext in FORMATS] {
     eval term_cmd(ext, W, H)
     set output OUT.".".ext

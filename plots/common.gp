@@ -66,6 +66,7 @@ metric_label(m) = \
     m eq "num_preemptions"        ? "preemptions" : \
     m eq "preempted_fraction"     ? "requests preempted at least once (fraction)" : \
     m eq "kv_usage"               ? "KV cache usage (fraction)" : \
+    m eq "p999_itl_ms"            ? "p99.9 ITL (ms)" : \
     m eq "batch_size"             ? "batch size (requests)" : \
     m eq "num_waiting"            ? "waiting requests" : \
     m eq "num_running"            ? "running requests" : \

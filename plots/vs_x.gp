@@ -10,13 +10,14 @@
 # OUT.svg. Axis labels come from the column names (common.gp's metric_label).
 #
 # Optional, with -e before -c:
-#   logx=1                   log-scale x
+#   logx=1                   log-scale x (logx=2: base 2, tics at powers of two)
 #   logy="YCOL ..."          log-scale y of these panels
 #   ncols=N                  panels per row (default: all in one row, at most 3)
 #   hline="YCOL=VALUE=TEXT"  a dashed reference line (an SLO) on panel YCOL
 #   yrange0=1                start every linear y axis at 0
 #   panel_w=W panel_h=H      pixels per panel (default 430 x 330)
-#   key="bottom right"      where the legend goes in the first panel (default top left)
+#   key="bottom right"      where the legend goes (default top left)
+#   keypanel=N              the panel that holds the legend (default 1)
 #   facet="COL"              small multiples: one row of panels per distinct value of COL
 #                            (then the YCOL panels of a row share that value), titled by it
 if (ARGC < 5) { print "usage: gnuplot -c plots/vs_x.gp CSV OUT TITLE XCOL \"YCOL...\" [SERIESCOL] [XLABEL]"; exit status 2 }
@@ -39,6 +40,7 @@ set datafile missing NaN
 
 if (!exists("facet")) facet = ""
 if (!exists("key")) key = "top left"
+if (!exists("keypanel")) keypanel = 1
 nmetrics = words(YCOLS)
 facets = facet ne "" ? distinct(CSV, facet) : "\"\""
 nfacets = words(facets)
@@ -72,9 +74,9 @@ do for [ext in FORMATS] {
         if (facet ne "") { set title sprintf("%s = %s", facet, f) } else { unset title }
         set xlabel XLABEL
         set ylabel metric_label(m)
-        if (logx) { set logscale x; set autoscale xfix; set offsets graph 0.04, graph 0.04, 0, 0 } else { unset logscale x; set autoscale x; set offsets 0, 0, 0, 0 }
+        if (logx) { eval sprintf("set logscale x %d", logx == 2 ? 2 : 10); set autoscale xfix; set offsets graph 0.04, graph 0.04, 0, 0 } else { unset logscale x; set autoscale x; set offsets 0, 0, 0, 0 }
         if (is_logy(m)) { set logscale y; set yrange [*:*] } else { unset logscale y; if (yrange0) { set yrange [0:*] } else { set yrange [*:*] } }
-        if (p == 1 && nseries > 1) { eval "set key ".key." box opaque samplen 2 reverse Left" } else { unset key }
+        if (p == keypanel && nseries > 1) { eval "set key ".key." box opaque samplen 2 reverse Left" } else { unset key }
         if (hl_col eq m) {
             set arrow 1 from graph 0, first hl_val to graph 1, first hl_val nohead dt 2 lc rgb "#606060" lw 1.2
             set label 1 hl_text at graph 0.98, first hl_val right offset 0, 0.6 tc rgb "#404040"
