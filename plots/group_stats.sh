@@ -34,33 +34,45 @@ shift $((OPTIND - 1))
 file=$1 group=$2; shift 2
 [ -r "$file" ] || { echo "group_stats: cannot read '$file'" >&2; exit 2; }
 
-# awk code that sets g (the group) and m[1..] (the metrics) from c[]
+# awk code that sets g (the group) and m[1..] (the metrics) from c[]; need: the columns used
+need="state"
+cols_of() { grep -o 'c\["[^"]*"\]' <<<"$1" | sed 's/^c\["//; s/"\]$//' | tr '\n' ' '; }
 if [ "$group" = - ]; then gcode='g = "all";'; group=group
-elif [[ $group == *=* ]]; then gcode="g = (${group#*=});"; group=${group%%=*}
-else gcode="g = c[\"$group\"]; if (!(\"$group\" in ix)) { print \"group_stats: $file has no column $group\" > \"/dev/stderr\"; exit 2 }"
+elif [[ $group == *=* ]]; then gcode="g = (${group#*=});"; need="$need $(cols_of "${group#*=}")"; group=${group%%=*}
+else gcode="g = c[\"$group\"];"; need="$need $group"
 fi
 names="" mcode="" i=0
 for m in "$@"; do
     i=$((i + 1))
     if [[ $m == *=* ]]; then
         # an expression over an empty field (a rejected request's latency) is empty
-        guard=$(grep -o 'c\["[^"]*"\]' <<<"${m#*=}" | sed 's/.*/& == ""/' | paste -sd'|' | sed 's/|/ || /g')
+        guard=$(cols_of "${m#*=}" | awk '{ for (j = 1; j <= NF; j++) printf "%sc[\"%s\"] == \"\"", (j > 1 ? " || " : ""), $j }')
         names="$names ${m%%=*}"; mcode="$mcode m[$i] = (${guard:-0}) ? \"\" : (${m#*=});"
+        need="$need $(cols_of "${m#*=}")"
     else
-        names="$names $m"; mcode="$mcode if (!(\"$m\" in ix)) { print \"group_stats: $file has no column $m\" > \"/dev/stderr\"; exit 2 } m[$i] = c[\"$m\"];"
+        names="$names $m"; mcode="$mcode m[$i] = c[\"$m\"];"; need="$need $m"
     fi
 done
 
 # 1. one line per (metric, group, value) of the finished requests; 2. sorted; 3. statistics
-awk -F, -v nm="$i" '
-NR == 1 { for (j = 1; j <= NF; j++) { h[j] = $j; ix[$j] = j }; next }
+values=$(mktemp)
+trap 'rm -f "$values"' EXIT
+awk -F, -v nm="$i" -v need="$need" -v file="$file" '
+NR == 1 {
+    for (j = 1; j <= NF; j++) { h[j] = $j; ix[$j] = j }
+    nn = split(need, nd, " ")
+    for (j = 1; j <= nn; j++)
+        if (!(nd[j] in ix)) { printf "group_stats: %s has no column \"%s\"\n", file, nd[j] > "/dev/stderr"; exit 2 }
+    next
+}
 {
     for (j = 1; j <= NF; j++) c[h[j]] = $j
     if (c["state"] != "finished") next
     '"$gcode"'
     '"$mcode"'
     for (j = 1; j <= nm; j++) if (m[j] != "") printf "%d\t%s\t%.9g\n", j, g, m[j]
-}' <(csv_clean "$file") | LC_ALL=C sort -t"$(printf '\t')" -k2,2 -k1,1n -k3,3g | awk -F'\t' -v names="$names" -v group="$group" \
+}' <(csv_clean "$file") > "$values" || exit 2
+LC_ALL=C sort -t"$(printf '\t')" -k2,2 -k1,1n -k3,3g "$values" | awk -F'\t' -v names="$names" -v group="$group" \
     -v prefix="$prefix" -v prefix_hdr="$prefix_hdr" -v no_header="$no_header" '
 function pct(p,    pos, lo) {                  # numpy linear interpolation over v[1..n]
     pos = p * (n - 1) + 1; lo = int(pos)
