@@ -9,8 +9,8 @@
 #     and chat trace, each replayed at several speeds (--time-scale: 1 = as recorded, 0.1 = ten
 #     times faster), under static, orca, vllm and priority. Requests are labelled 20% class 0
 #     (important) / 80% class 1 (--priority-classes 0.2,0.8, the same labels for every policy)
-#     so that priority has classes to act on; per-class latencies are reported for vllm and
-#     priority.
+#     so that priority has classes to act on; per-class latencies of vllm and priority are in
+#     results/batching/per_class_*.csv.
 #  2. timeline: one loaded run of the code trace, static vs vllm, step by step (KV usage,
 #     batch size, queue over time).
 #  3. equal: the case for static batching: every request has the same 512-token prompt and
@@ -18,7 +18,10 @@
 #     against the same means drawn from a lognormal (sigma 1), for several max_num_seqs.
 #
 # Model: Llama-3-8B on the H200 (its 8,192-token context replays every code request; Llama-2's
-# 4,096 would reject 14% of them, the longest), vLLM V1 defaults otherwise.
+# 4,096 would reject 14% of them, the longest), vLLM V1 defaults otherwise: the same
+# max_num_seqs (1,024) caps every policy, including static's batch. Static has no token budget:
+# its padded prefill of a large batch is one step (19 s for 437 code prompts in the timeline),
+# which a real FasterTransformer deployment could not hold in activation memory.
 source "$(dirname "$0")/lib.sh"
 exp_init batching
 
@@ -63,7 +66,7 @@ EOF
     reduce
 }
 
-# results.csv rows, with the offered request rate and a short trace name
+# results.csv rows with the offered request rate; CDFs; per-class statistics; the binned timeline
 reduce() {
     local name trace rate
     for name in code chat; do

@@ -1,4 +1,5 @@
 # experiments/lib.sh: what every experiment script shares; sourced, not run.
+# shellcheck shell=bash
 #
 # An experiment script answers one question in two phases:
 #   run    write its traces and sweep specs under build/experiments/NAME/ (not committed), run
@@ -20,12 +21,13 @@ RAW_ROOT=${RAW_ROOT:-build/experiments}
 FIG=docs/figures
 PLOTS=plots
 
-# exp_init NAME: sets EXP, RAW (raw sweep outputs) and RES (committed results), creates them.
+# exp_init NAME: sets EXP, RAW (raw sweep outputs, created by the run phase) and RES (committed
+# results).
 exp_init() {
     EXP=$1
     RAW=$RAW_ROOT/$EXP
     RES=experiments/results/$EXP
-    mkdir -p "$RAW" "$RES" "$FIG"
+    mkdir -p "$RES" "$FIG"
 }
 
 need_bin() {
@@ -87,6 +89,7 @@ exp_main() {
     case $what in
         run | all)
             need_bin
+            mkdir -p "$RAW"
             t0=$SECONDS; run; echo "[$EXP] run: $((SECONDS - t0)) s"
             [ "$what" = all ] || return 0 ;;&
         plot | all)

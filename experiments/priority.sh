@@ -49,7 +49,7 @@ reduce() {
         for p in vllm priority; do
             for m in recompute swap; do
                 dir=$(point_dir sweep scheduling-policy=$p preemption-mode=$m time-scale=$CDF_SCALE)
-                series+=(-w priority=$k "$p + $m" "$dir/requests.csv")
+                series+=(-w "priority=$k" "$p + $m" "$dir/requests.csv")
             done
         done
         "$PLOTS/cdf_data.sh" -s 0.001 ttft_ms "${series[@]}" > "$RES/cdf_ttft_class$k.dat"

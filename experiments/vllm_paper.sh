@@ -56,12 +56,13 @@ run() {
     # ShareGPT rows that fit Llama-2's context
     [ -f "$RAW/sharegpt_4096.csv" ] ||
         awk -F, 'NR == 1 || $1 + $2 <= 4096' traces/samples/sharegpt_lengths_5k.csv > "$RAW/sharegpt_4096.csv"
-    local line setting lengths util rates scales
+    local setting lengths util rates scales
     while IFS=: read -r setting lengths util rates; do
         # shellcheck disable=SC2046
         gen_trace "$RAW/${lengths}_poisson.csv" --num-requests $N --rate 1 $(lengths_args "$lengths") --seed 1
         # shellcheck disable=SC2046
         gen_trace "$RAW/${lengths}_inf.csv" --num-requests $N_CAP --rate inf $(lengths_args "$lengths") --seed 1
+        # shellcheck disable=SC2086 # rates is "first step last"
         scales=$(seq $rates | awk '{ printf "%s%.6g", (NR > 1 ? ", " : ""), 1 / $1 }')
         sweep "${setting}_paged" --keep-requests --quiet <<EOF
 trace = $RAW/${lengths}_poisson.csv
@@ -93,7 +94,7 @@ EOF
 SYSTEM='system=(c["scheduling-policy"] == "orca" ? "orca (" c["orca-reserve"] ")" : c["scheduling-policy"])'
 
 reduce() {
-    local setting lengths util rates base s first=1
+    local setting lengths util rates base s first=1 first_cap=1
     : > "$RES/results.csv"
     : > "$RES/capacity.csv"
     while IFS=: read -r setting lengths util rates; do
@@ -113,8 +114,9 @@ reduce() {
         done
         "$PLOTS/csv_select.sh" -a "$SYSTEM" -a "setting=\"$setting\"" \
             -k setting,system,request_throughput,output_throughput,mean_batch_size,num_preemptions,mean_kv_usage \
-            "$RAW/${setting}_capacity/results.csv" | awk '!seen[$0]++' |
-            if [ -s "$RES/capacity.csv" ]; then tail -n +2; else cat; fi >> "$RES/capacity.csv"
+            "$RAW/${setting}_capacity/results.csv" | awk -v first=$first_cap '!seen[$0]++ && (first || NR > 1)' \
+            >> "$RES/capacity.csv"
+        first_cap=0
     done <<<"$SETTINGS"
 
     # knees: per setting and system, the rate where the mean normalized latency crosses each

@@ -37,7 +37,7 @@ first=1
 filters=()
 while [ $# -gt 0 ]; do
     if [ "$1" = -w ]; then
-        [ $# -ge 2 ] && [[ $2 == *=* ]] || { echo "cdf_data: -w wants COL=VALUE" >&2; exit 2; }
+        if [ $# -lt 2 ] || [[ $2 != *=* ]]; then echo "cdf_data: -w wants COL=VALUE" >&2; exit 2; fi
         filters+=("$2"); shift 2; continue
     fi
     [ $# -ge 2 ] || usage

@@ -1,4 +1,5 @@
 # plots/csvlib.sh: sourced by the plots/*.sh reducers.
+# shellcheck shell=bash
 #
 # csv_clean FILE: FILE to stdout with each double-quoted field unquoted and the commas inside it
 # turned into semicolons, so that awk -F, sees one field per column. `tandem sweep` quotes spec
