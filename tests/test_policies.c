@@ -228,6 +228,25 @@ START_TEST(static_runs_batch_to_completion)
 }
 END_TEST
 
+/* The context phase holds at most max_num_batched_tokens padded rows a pass: with budget 8 and
+ * prompts 4, 2, 3, 1 (padded to 4), two members a pass; generation starts when all four have
+ * their first token. */
+START_TEST(static_context_phase_respects_budget)
+{
+    scenario s = scenario_base(&policy_static);
+    s.cfg.max_num_seqs = 4;
+    scenario_add(&s, 0, 4, 2);
+    scenario_add(&s, 0, 2, 2);
+    scenario_add(&s, 0, 3, 2);
+    scenario_add(&s, 0, 1, 2);
+    scenario_outcome *o = scenario_run(&s);
+    const char *want[] = {"0:4 1:2 pad=2", "2:3 3:1 pad=4", "0:1 1:1 2:1 3:1"};
+    scenario_expect(o, want, 3);
+    ck_assert_int_eq(o->log.n, 3);
+    free(o);
+}
+END_TEST
+
 /* Orca reserves max_model_len (16 -> 15 slots, 4 blocks) per request: 8 blocks hold two of
  * three tiny requests. With exact reservations (prompt + output - 1 = 3 slots) all three run. */
 START_TEST(orca_reservation_limits_batch)
@@ -384,6 +403,7 @@ int main(void)
     tcase_add_test(tc, fair_serves_least_served_client);
     tcase_add_test(tc, vllm_v0_separates_prefill_and_decode_steps);
     tcase_add_test(tc, static_runs_batch_to_completion);
+    tcase_add_test(tc, static_context_phase_respects_budget);
     tcase_add_test(tc, orca_reservation_limits_batch);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("properties");
