@@ -63,7 +63,8 @@ static const char *const metric_cols =
     "total_token_throughput,mean_ttft_ms,median_ttft_ms,p90_ttft_ms,p99_ttft_ms,mean_tpot_ms,"
     "median_tpot_ms,p90_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,mean_e2el_ms,"
     "median_e2el_ms,p90_e2el_ms,p99_e2el_ms,mean_queue_ms,p99_queue_ms,num_preemptions,num_steps,"
-    "busy_fraction,peak_kv_usage,mean_kv_usage,mean_batch_size,prefix_cache_hit_rate";
+    "busy_fraction,peak_kv_usage,mean_kv_usage,mean_batch_size,prefix_cache_hit_rate,"
+    "p99.9_tpot_ms,p99.9_itl_ms,max_itl_ms,peak_kv_token_usage,mean_kv_token_usage";
 
 static void metrics_row(char *buf, size_t n, const metrics_summary *s)
 {
@@ -71,13 +72,14 @@ static void metrics_row(char *buf, size_t n, const metrics_summary *s)
     if (!isnan(s->request_goodput)) snprintf(goodput, sizeof goodput, "%.9g", s->request_goodput);
     snprintf(buf, n,
              "ok,%lld,%lld,%.9g,%.9g,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,"
-             "%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g",
+             "%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
              (long long)s->completed, (long long)s->num_rejected, s->duration_s, s->request_throughput,
              goodput, s->output_throughput, s->total_token_throughput, s->ttft.mean, s->ttft.median,
              s->ttft.p90, s->ttft.p99, s->tpot.mean, s->tpot.median, s->tpot.p90, s->tpot.p99, s->itl.mean,
              s->itl.median, s->itl.p99, s->e2el.mean, s->e2el.median, s->e2el.p90, s->e2el.p99, s->queue.mean,
              s->queue.p99, (long long)s->num_preemptions, (long long)s->num_steps, s->busy_fraction,
-             s->peak_kv_usage, s->mean_kv_usage, s->mean_batch_size, s->prefix_cache_hit_rate);
+             s->peak_kv_usage, s->mean_kv_usage, s->mean_batch_size, s->prefix_cache_hit_rate, s->tpot.p999,
+             s->itl.p999, s->itl.max, s->peak_kv_token_usage, s->mean_kv_token_usage);
 }
 
 /* The sim options of point `index`. */

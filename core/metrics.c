@@ -101,7 +101,7 @@ struct metrics {
     metrics_summary s;
     int64_t first_arrival_ns, last_end_ns;
     int64_t admitted_prompt_tokens, cached_prompt_tokens;
-    double batch_size_sum, kv_usage_time_sum, busy_ns;
+    double batch_size_sum, kv_usage_time_sum, kv_token_usage_time_sum, busy_ns;
 };
 
 static obuf *open_csv(const char *dir, const char *name, const char *header, terr *e)
@@ -144,7 +144,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             m->step_out = open_csv(opt->out_dir, "steps.csv",
                                    "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
                                    "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
-                                   "num_preemptions,swap_blocks\n",
+                                   "num_preemptions,swap_blocks,kv_tokens\n",
                                    e);
             if (!m->step_out) goto fail;
         }
@@ -279,6 +279,10 @@ void metrics_step(metrics *m, const step_stats *st)
     double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
     if (usage > s->peak_kv_usage) s->peak_kv_usage = usage;
     m->kv_usage_time_sum += usage * (double)st->duration_ns;
+    double slots = (double)st->kv_blocks_total * st->block_size;
+    double tusage = slots > 0 ? (double)st->kv_tokens / slots : 0;
+    if (tusage > s->peak_kv_token_usage) s->peak_kv_token_usage = tusage;
+    m->kv_token_usage_time_sum += tusage * (double)st->duration_ns;
 
     obuf *o = m->step_out;
     if (!o) return;
@@ -305,6 +309,8 @@ void metrics_step(metrics *m, const step_stats *st)
     ob_i64(o, st->num_preemptions);
     ob_char(o, ',');
     ob_i64(o, st->num_swap_blocks);
+    ob_char(o, ',');
+    ob_i64(o, st->kv_tokens);
     ob_char(o, '\n');
 }
 
@@ -319,6 +325,8 @@ static latency_stats lat(samples *w)
         .p90 = samples_percentile(w, 90),
         .p95 = samples_percentile(w, 95),
         .p99 = samples_percentile(w, 99),
+        .p999 = samples_percentile(w, 99.9),
+        .max = samples_percentile(w, 100),
     };
 }
 
@@ -331,14 +339,17 @@ static latency_stats lat_hist(const qhist *h)
         .p90 = qhist_percentile(h, 90),
         .p95 = qhist_percentile(h, 95),
         .p99 = qhist_percentile(h, 99),
+        .p999 = qhist_percentile(h, 99.9),
+        .max = qhist_percentile(h, 100),
     };
 }
 
 static void put_lat(json_t *o, const char *name, const latency_stats *l)
 {
     char k[64];
-    static const char *stat[] = {"mean", "median", "std", "p90", "p95", "p99"};
-    const double v[] = {l->mean, l->median, l->std, l->p90, l->p95, l->p99};
+    /* vLLM's key names ("p99.9_itl_ms" for a fractional percentile), plus the maximum */
+    static const char *stat[] = {"mean", "median", "std", "p90", "p95", "p99", "p99.9", "max"};
+    const double v[] = {l->mean, l->median, l->std, l->p90, l->p95, l->p99, l->p999, l->max};
     for (size_t i = 0; i < ARRAY_LEN(stat); i++) {
         snprintf(k, sizeof k, "%s_%s_ms", stat[i], name);
         json_object_set_new(o, k, json_real(v[i]));
@@ -383,6 +394,8 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
     json_object_set_new(o, "busy_fraction", json_real(s->busy_fraction));
     json_object_set_new(o, "peak_kv_usage", json_real(s->peak_kv_usage));
     json_object_set_new(o, "mean_kv_usage", json_real(s->mean_kv_usage));
+    json_object_set_new(o, "peak_kv_token_usage", json_real(s->peak_kv_token_usage));
+    json_object_set_new(o, "mean_kv_token_usage", json_real(s->mean_kv_token_usage));
     json_object_set_new(o, "mean_batch_size", json_real(s->mean_batch_size));
     json_object_set_new(o, "prefix_cache_hit_rate", json_real(s->prefix_cache_hit_rate));
     return o;
@@ -406,6 +419,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->busy_s = m->busy_ns / 1e9;
     s->busy_fraction = d > 0 ? s->busy_s / d : 0;
     s->mean_kv_usage = m->busy_ns > 0 ? m->kv_usage_time_sum / m->busy_ns : 0;
+    s->mean_kv_token_usage = m->busy_ns > 0 ? m->kv_token_usage_time_sum / m->busy_ns : 0;
     s->mean_batch_size = s->num_steps ? m->batch_size_sum / s->num_steps : 0;
     s->prefix_cache_hit_rate =
         m->admitted_prompt_tokens ? (double)m->cached_prompt_tokens / m->admitted_prompt_tokens : 0;

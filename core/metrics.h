@@ -38,6 +38,7 @@ typedef struct metrics_options {
 
 typedef struct step_stats {
     int64_t step;
+    int32_t block_size;
     int64_t start_ns;
     int64_t duration_ns;
     int32_t num_running;    /* after scheduling */
@@ -47,12 +48,14 @@ typedef struct step_stats {
     int64_t decode_tokens;
     int32_t kv_blocks_used; /* after the step */
     int32_t kv_blocks_total;
+    int64_t kv_tokens;      /* tokens whose KV the running requests hold (vs blocks: the gap is
+                               partly filled blocks and reservations) */
     int32_t num_preemptions;
     int32_t num_swap_blocks; /* blocks swapped in + out */
 } step_stats;
 
 typedef struct latency_stats {
-    double mean, median, std, p90, p95, p99; /* ms */
+    double mean, median, std, p90, p95, p99, p999, max; /* ms */
 } latency_stats;
 
 typedef struct metrics_summary {
@@ -74,6 +77,8 @@ typedef struct metrics_summary {
     double busy_fraction;      /* busy_s / duration_s */
     double peak_kv_usage;      /* max over steps of used / total blocks */
     double mean_kv_usage;      /* time-weighted over steps */
+    double peak_kv_token_usage; /* max over steps of stored tokens / (blocks x block size) */
+    double mean_kv_token_usage; /* time-weighted */
     double mean_batch_size;    /* requests per step */
     double prefix_cache_hit_rate; /* cached prompt tokens / prompt tokens of admitted requests */
 } metrics_summary;

@@ -49,6 +49,8 @@ struct sched_env {
     kv_manager *swap;      /* host swap blocks, or NULL when there is no swap space */
     gsl_rng *rng;          /* seeded; the only source of randomness a policy may use */
     int64_t now_ns;        /* start of the step being scheduled */
+    int64_t kv_tokens;     /* tokens whose KV is on the GPU, summed over requests (shared prefix
+                              blocks count once per request): kept by the loop and sched.c */
     /* Ends r as rejected. The policy has already taken r out of its queues. */
     void (*reject)(sched_env *env, request *r, reject_reason why);
     void *loop;

@@ -7,6 +7,7 @@ int32_t sched_preempt(sched_env *env, request *r, batch *b)
 {
     assert(r->state == REQ_RUNNING);
     int32_t refund = batch_remove(b, r);
+    env->kv_tokens -= r->num_computed_tokens; /* swapped or dropped: off the GPU either way */
     r->num_preemptions++;
     batch_note_preempted(b, r);
     if (env->cfg->preemption_mode == PREEMPT_SWAP && env->swap && r->blocks.len > 0 &&
@@ -31,6 +32,7 @@ bool sched_swap_in(sched_env *env, request *r, batch *b)
     for (int32_t i = 0; i < r->blocks.len; i++)
         batch_add_swap_in(b, r->blocks.ids[i], r->host_blocks.ids[i]);
     kv_free_table(env->swap, &r->host_blocks);
+    env->kv_tokens += r->num_computed_tokens;
     r->state = REQ_RUNNING;
     return true;
 }
@@ -53,6 +55,7 @@ bool sched_admit_allocate(sched_env *env, request *r, const sched_admission *a, 
     assert(ok);
     (void)ok;
     r->num_computed_tokens = a->cached_tokens;
+    env->kv_tokens += a->cached_tokens;
     if (r->num_cached_tokens < 0) r->num_cached_tokens = a->cached_tokens;
     return true;
 }

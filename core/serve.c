@@ -63,6 +63,7 @@ static void retire(loop_state *L, request *r)
 static void reject_live(sched_env *env, request *r, reject_reason why)
 {
     loop_state *L = env->loop;
+    if (r->blocks.len) L->env.kv_tokens -= r->num_computed_tokens;
     kv_free_request(&L->kv, r);
     if (L->swap.num_blocks) kv_free_table(&L->swap, &r->host_blocks);
     r->state = REQ_REJECTED;
@@ -124,6 +125,7 @@ static void admit(loop_state *L, const arrival *a, int64_t id)
 static void finish(loop_state *L, request *r)
 {
     L->cfg->policy->remove_request(L->policy, r);
+    L->env.kv_tokens -= r->num_computed_tokens;
     kv_free_request(&L->kv, r);
     r->state = REQ_FINISHED;
     r->finish_ns = L->now_ns;
@@ -141,10 +143,11 @@ static void check_invariants(loop_state *L)
     if (L->swap.num_blocks) kv_check(&L->swap);
     int64_t refs = 0, host = 0;
     for (int32_t b = 0; b < L->kv.num_blocks; b++) refs += L->kv.ref_count[b];
-    int64_t held = 0;
+    int64_t held = 0, tokens = 0;
     int32_t n = 0;
     for (request *r = L->live_head; r; r = r->live_next, n++) {
         held += r->blocks.len;
+        if (r->blocks.len) tokens += r->num_computed_tokens;
         host += r->host_blocks.len;
         if (r->state == REQ_SWAPPED ? r->host_blocks.len == 0 || r->blocks.len
                                     : r->host_blocks.len != 0) {
@@ -157,6 +160,11 @@ static void check_invariants(loop_state *L)
                     r->num_computed_tokens, request_num_tokens(r));
             abort();
         }
+    }
+    if (tokens != L->env.kv_tokens) {
+        fprintf(stderr, "invariant: live requests hold %lld KV tokens, the count says %lld\n", (long long)tokens,
+                (long long)L->env.kv_tokens);
+        abort();
     }
     if (held != refs || n != L->num_live ||
         (L->swap.num_blocks && host != L->swap.num_blocks - L->swap.num_free)) {
@@ -245,6 +253,7 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             sched_item *it = &b.items[i];
             request *r = it->req;
             r->num_computed_tokens += it->num_tokens;
+            L.env.kv_tokens += it->num_tokens;
             kv_cache_blocks(&L.kv, r, r->num_computed_tokens);
             if (!it->emits_token) continue;
             if (out.sampled) {
@@ -273,9 +282,11 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             .num_preemptions = b.num_preempted,
             .num_swap_blocks = b.num_swap_in + b.num_swap_out,
             .kv_blocks_total = L.kv.num_blocks,
+            .block_size = cfg->sched.block_size,
         };
         /* KV usage at its peak in the step, before finished requests release their blocks */
         st.kv_blocks_used = kv_num_used(&L.kv);
+        st.kv_tokens = L.env.kv_tokens;
         for (int32_t i = 0; i < b.num_items; i++) {
             request *r = b.items[i].req;
             if (b.items[i].emits_token && request_is_done(r, cfg->sched.max_model_len)) finish(&L, r);

@@ -122,6 +122,11 @@ START_TEST(summary_matches_hand_computation)
     ck_assert_double_eq_tol(s.tpot.std, 0, tol);
     ck_assert_double_eq_tol(s.itl.mean, 1.25, tol);
     ck_assert_double_eq_tol(s.itl.p99, 1.25, tol);
+    ck_assert_double_eq_tol(s.ttft.max, 3.0, tol);
+    ck_assert_double_eq_tol(s.e2el.max, 5.5, tol);
+    ck_assert_double_eq_tol(s.e2el.p999, 3.0 + 0.998 * 2.5, tol);
+    /* KV tokens held: step 1 ends with A and B at 4 computed tokens each (8 of 32 x 4 slots) */
+    ck_assert_double_eq_tol(s.peak_kv_token_usage, 8.0 / 128, tol);
     ck_assert_double_eq_tol(s.busy_s, (3 + 1.25 + 1.25 + 1.5 + 1.25) / 1e3, 1e-12);
     ck_assert_double_eq_tol(s.mean_batch_size, 6.0 / 5, tol);
 
