@@ -136,11 +136,21 @@ static int check_points(const sweep_spec *spec, terr *e)
 
 static void point_dir(char *buf, size_t n, const char *out, const char *id) { snprintf(buf, n, "%s/points/%s", out, id); }
 
+/* A point is done when its row.csv exists and was written with today's columns (its first
+ * line): a point left by a tandem with other metrics is stale and runs again. */
 static bool point_done(const char *out, const char *id)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
-    return access(path, F_OK) == 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = strlen(metric_cols);
+    char *head = xmalloc(n + 2);
+    size_t got = fread(head, 1, n + 1, f);
+    fclose(f);
+    bool ok = got == n + 1 && memcmp(head, metric_cols, n) == 0 && head[n] == '\n';
+    free(head);
+    return ok;
 }
 
 static int write_text(const char *path, const char *text)
@@ -210,11 +220,16 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
         write_text(path, e.msg);
     }
     snprintf(path, sizeof path, "%s/row.csv", tmp);
+    char *text = xmalloc(strlen(metric_cols) + strlen(row) + 3);
+    sprintf(text, "%s\n%s\n", metric_cols, row);
     char who[128];
     snprintf(who, sizeof who, "rank %d of %d, pid %d\n", rank, size, (int)getpid());
     char who_path[4500];
     snprintf(who_path, sizeof who_path, "%s/ran_by.txt", tmp);
-    if (write_text(path, row) || write_text(who_path, who)) return -1;
+    int wrc = write_text(path, text) || write_text(who_path, who);
+    free(text);
+    if (wrc) return -1;
+    remove_tree(final_dir); /* a stale point (other columns) is replaced */
     if (rename(tmp, final_dir)) {
         remove_tree(tmp); /* someone else completed it meanwhile: theirs stands */
         if (!point_done(so->out, id)) return -1;
@@ -322,18 +337,23 @@ static void csv_field(FILE *f, const char *v)
     fputc('"', f);
 }
 
+/* The point's row (row.csv's second line), or NULL if it is missing or stale. */
 static char *read_row(const char *out, const char *id)
 {
+    if (!point_done(out, id)) return NULL;
     char path[4300];
     snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    char buf[2048];
+    char buf[4096];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
-    return xstrdup(buf);
+    char *row = strchr(buf, '\n');
+    if (!row) return NULL;
+    row++;
+    row[strcspn(row, "\n")] = 0;
+    return xstrdup(row);
 }
 
 static int write_results(const sweep_spec *spec, const char *out, char **rows, terr *e)

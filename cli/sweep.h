@@ -20,7 +20,9 @@
  * Layout of DIR:
  *   points/ID/        one directory per point, ID a hash of its option values, renamed into
  *                     place when the point is complete (so a point is there whole or not at all):
- *                     summary.json, row.csv (its results.csv row), and requests.csv / steps.csv
+ *                     summary.json, row.csv (the metric columns, then its results.csv row: a
+ *                     point written with other columns is stale and runs again), and
+ *                     requests.csv / steps.csv
  *                     with --keep-requests / --keep-steps
  *   results.csv       every point's parameters and summary metrics, in spec order, rewritten
  *                     (atomically) at the end of every run

@@ -108,8 +108,8 @@ plot() {
             "request_throughput p99_ttft_ms p99_tpot_ms p99_e2el_ms" scheduling-policy
         gp vs_x -e yrange0=1 -e ncols=2 \
             "$RES/replay_$name.csv" "$FIG/batching_util_$name" \
-            "$label: KV cache and GPU use (static and orca count reserved KV)" rate \
-            "mean_kv_usage peak_kv_usage busy_fraction mean_batch_size" scheduling-policy
+            "$label: KV blocks allocated vs KV tokens stored, GPU busy time, batch size" rate \
+            "mean_kv_usage mean_kv_token_usage busy_fraction mean_batch_size" scheduling-policy
         gp cdf "$FIG/batching_cdf_$name" "$label as recorded: latency per policy (Llama-3-8B, H200)" \
             "$RES/cdf_ttft_$name.dat" "TTFT (ms)" "$RES/cdf_e2el_$name.dat" "end-to-end latency (s)"
     done

@@ -62,6 +62,8 @@ metric_label(m) = \
     m eq "busy_fraction"          ? "GPU busy fraction (time with a step running)" : \
     m eq "peak_kv_usage"          ? "peak KV cache usage (fraction)" : \
     m eq "mean_kv_usage"          ? "mean KV cache usage (fraction)" : \
+    m eq "mean_kv_token_usage"    ? "mean KV tokens stored (fraction of capacity)" : \
+    m eq "peak_kv_token_usage"    ? "peak KV tokens stored (fraction of capacity)" : \
     m eq "mean_batch_size"        ? "mean batch size (requests/step)" : \
     m eq "num_preemptions"        ? "preemptions" : \
     m eq "preempted_fraction"     ? "requests preempted at least once (fraction)" : \

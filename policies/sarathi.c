@@ -10,6 +10,11 @@
  * policies/cb.c). vLLM's chunked prefill grew out of this design; the differences that remain
  * are the small fixed budget and the strict decode-first order inside the running pass.
  * Chunking is the policy: prompts are chunked even with --no-enable-chunked-prefill.
+ *
+ * Measured, not assumed: in this V1 model a request still prefilling was admitted after the
+ * decoding ones, so it already sits behind them in the running list; with no preemption,
+ * `sarathi --chunk-size C` schedules exactly like `vllm --max-num-batched-tokens C`. They part
+ * once preemptions reorder the running list (experiments/chunked_prefill.sh).
  */
 #include "cb.h"
 #include "policies.h"
