@@ -198,22 +198,10 @@ out:
 
 int sweep_spec_load(sweep_spec *s, const char *path, terr *e)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return terr_set(e, "%s: cannot open", path);
-    size_t cap = 4096, n = 0, got;
-    char *buf = xmalloc(cap);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) buf = xrealloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (strlen(buf) != n) {
-        free(buf);
-        return terr_set(e, "%s: contains a NUL byte: not a text spec", path);
-    }
-    int rc = sweep_spec_parse(s, buf, path, e);
-    free(buf);
+    char *text = read_text_file(path, NULL, e);
+    if (!text) return -1;
+    int rc = sweep_spec_parse(s, text, path, e);
+    free(text);
     return rc;
 }
 

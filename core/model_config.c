@@ -151,25 +151,6 @@ out:
     return rc;
 }
 
-static char *read_file(const char *path, terr *e)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        terr_set(e, "%s: cannot open", path);
-        return NULL;
-    }
-    size_t cap = 1 << 14, n = 0;
-    char *buf = xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) buf = xrealloc(buf, cap *= 2);
-    }
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
-
 int model_config_load(model_config *mc, const char *spec, terr *e)
 {
     for (const struct model_config_file *f = model_config_files; f->name; f++) {
@@ -194,7 +175,7 @@ int model_config_load(model_config *mc, const char *spec, terr *e)
     }
     if (S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/config.json", spec);
     else snprintf(path, sizeof path, "%s", spec);
-    char *text = read_file(path, e);
+    char *text = read_text_file(path, NULL, e);
     if (!text) return -1;
     int rc = model_config_parse(mc, text, path, e);
     free(text);

@@ -86,6 +86,30 @@ int parse_f64(const char *s, double *out)
     return 0;
 }
 
+char *read_text_file(const char *path, size_t *len, terr *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        terr_set(e, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 14, n = 0, got;
+    char *buf = xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = xrealloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (strlen(buf) != n) {
+        free(buf);
+        terr_set(e, "%s: contains a NUL byte: not a text file", path);
+        return NULL;
+    }
+    if (len) *len = n;
+    return buf;
+}
+
 int mkdir_p(const char *path)
 {
     char buf[4096];

@@ -49,6 +49,10 @@ static inline int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 int parse_i64(const char *s, int64_t *out);
 int parse_f64(const char *s, double *out);
 
+/* Reads a whole text file into a NUL-terminated buffer (caller frees); *len gets its size when
+ * len is not NULL. NULL with e = "PATH: cannot open" / "PATH: contains a NUL byte". */
+char *read_text_file(const char *path, size_t *len, terr *e);
+
 /* Creates a directory and its parents (like mkdir -p); 0 or -1 with errno set. */
 int mkdir_p(const char *path);
 
