@@ -269,6 +269,34 @@ START_TEST(mpi_two_ranks_split_points)
 }
 END_TEST
 
+/* On a terminal (a pty made by script(1)) a progress line counts the points; piped, it is quiet. */
+START_TEST(progress_line_only_on_a_terminal)
+{
+    if (system("command -v script >/dev/null 2>&1") != 0) {
+        printf("progress_line_only_on_a_terminal: SKIPPED (no script(1))\n");
+        return;
+    }
+    char *dir = make_temp_dir("sweeptty");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 300\nseed = 0..3\n");
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    char cmd[8192], log[4300];
+    snprintf(log, sizeof log, "%s/tty.log", dir);
+    snprintf(cmd, sizeof cmd, "script -qec \"%s sweep %s --out %s/tty -j 1\" /dev/null > %s 2>&1", bin, spec, dir, log);
+    ck_assert_int_eq(system(cmd), 0);
+    char *out = slurp(log, NULL);
+    ck_assert_msg(strstr(out, "sweep: 4/4 points done") && strstr(out, "points/s"), "no progress line:\n%s", out);
+    free(out);
+    char out_dir[4300];
+    snprintf(out_dir, sizeof out_dir, "%s/piped", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out_dir, "-j", "1", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    ck_assert_msg(!strstr(r.err, "points done"), "progress line when not a terminal:\n%s", r.err);
+    cli_result_free(&r);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -280,6 +308,7 @@ int main(void)
     tcase_add_test(tc, results_table_matches_direct_sim);
     tcase_add_test(tc, resumes_after_kill_running_only_missing_points);
     tcase_add_test(tc, mpi_two_ranks_split_points);
+    tcase_add_test(tc, progress_line_only_on_a_terminal);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
