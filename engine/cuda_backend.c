@@ -389,9 +389,6 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
         .scale = 1.0f / sqrtf((float)hd),
     };
     (void)B;
-    /* PDL only where every GEMM is the skinny kernel: in prefill steps it measured 1.6 ms slower
-     * (54.0 against 52.4 ms at T = 2048, docs/engine.md). */
-    k_set_pdl(m->o.cuda_pdl && T <= 8 && T <= m->o.skinny_max_tokens);
     /* Decode-sized steps run fused (see the top of this file); the norm prologue stages the
      * normalised rows in shared memory, hence the size limit. */
     bool fuse = m->o.cuda_fuse && T <= 8 && T <= m->o.skinny_max_tokens &&

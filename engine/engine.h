@@ -71,8 +71,7 @@ typedef struct engine_opts {
                                   does, so GPU and CPU logits agree to bf16 accumulation error */
     bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
     bool cuda_pdl;             /* cuda: programmatic dependent launch (kernels overlap their
-                                  neighbours' launch and tail; process-wide), used for steps of
-                                  at most 8 rows only (it slowed prefill down) */
+                                  neighbours' launch and tail; process-wide) */
     int32_t skinny_max_tokens; /* cuda: GEMMs with at most this many rows use the engine's own
                                   weight-streaming kernel instead of cuBLAS (0: never) */
     bool cuda_fuse;            /* cuda: steps of at most 8 rows run the fused decode path (norms,

@@ -35,8 +35,10 @@ template <int HD> constexpr int dec_pass_rows() { return DEC_UNROLL * DEC_WARPS 
 
 // ONE_PASS: the partition fits one pass (P <= dec_pass_rows), as at batch 1 where partitions
 // are small to fill the GPU; then the V rows are loaded together with the K rows.
+// The one-pass single-head variant is held to 64 registers: 8 blocks per SM, so a batch-1 grid
+// (32 heads x 32 partitions) is one wave (at 72 registers it took two: 13 -> 20 us).
 template <int HD, int G, bool ONE_PASS>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(DEC_THREADS, ONE_PASS && G == 1 ? 8 : 1)
 decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts,
                    float *partials, int32_t *counters)
 {
@@ -324,7 +326,8 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 // Q tile, then K and V double buffers: 102 KB at hd 128, two blocks per SM.
 template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (HD + 8) * 2; }
 
-template <int HD>
+// SUB: keys per softmax update (32 or 64; k_set_prefill_sub).
+template <int HD, int PF_SUB>
 __global__ void __launch_bounds__(PF_THREADS, 2)
 prefill_attn_kernel(k_attn_args a, const int32_t *items)
 {
@@ -341,7 +344,8 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     griddep_launch_next();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int mi = lane >> 3, r8 = lane & 7; // ldmatrix: which 8x8 matrix this lane addresses, and its row
-    const int b = items[2 * blockIdx.x], i0 = items[2 * blockIdx.x + 1], head = blockIdx.y;
+    // grid (heads, items): every head of the first (longest) item is dispatched first
+    const int b = items[2 * blockIdx.y], i0 = items[2 * blockIdx.y + 1], head = blockIdx.x;
     const int q0 = a.query_start_loc[b], n = a.query_start_loc[b + 1] - q0;
     const int len = a.seq_lens[b], ctx = len - n;
     const int kvh = head / (a.nh / a.nkv), nq = min(PF_BQ, n - i0);
@@ -413,16 +417,22 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
             cp_async_wait<0>();
         }
         __syncthreads(); // tile kt (and, the first time, Q) is in shared memory
-        // Tiles wholly past this warp's last row are skipped (causal: only the diagonal needs
-        // the mask, and the last tiles of a 128-row block are beyond its first warps).
-        if (warp_rows && kt * PF_BK <= warp_last) {
-            const uint16_t *K = sK + buf * PF_BK * LDS, *V = sV + buf * PF_BK * LDS;
-            float s[PF_MT][8][4];
+        // The tile in sub-tiles of PF_SUB keys, each with its own softmax update: with 32, S for
+        // 32 rows takes 32 registers instead of 64 beside O's 128 (at 64 the kernel spilled, and
+        // the spills are served from L2 because shared memory takes the L1). Sub-tiles wholly past this
+        // warp's last row are skipped (causal: the last tiles of a 128-row block are beyond its
+        // first warps), and only those reaching past an m16 tile's first row are masked.
+#pragma unroll 1
+        for (int sub = 0; sub < PF_BK / PF_SUB; sub++) {
+            const int kbase = kt * PF_BK + sub * PF_SUB;
+            if (!warp_rows || kbase > warp_last) continue;
+            const uint16_t *K = sK + (buf * PF_BK + sub * PF_SUB) * LDS;
+            const uint16_t *V = sV + (buf * PF_BK + sub * PF_SUB) * LDS;
+            float s[PF_MT][PF_SUB / 8][4];
 #pragma unroll
             for (int mt = 0; mt < PF_MT; mt++)
 #pragma unroll
-                for (int j = 0; j < 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
-            // Not unrolled: hoisting every k-step's fragment loads would spill (255 registers).
+                for (int j = 0; j < PF_SUB / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
 #pragma unroll 1
             for (int kk = 0; kk < KSTEPS; kk++) {
                 uint32_t qa[PF_MT][4];
@@ -430,7 +440,7 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                 for (int mt = 0; mt < PF_MT; mt++)
                     ldmatrix_x4(qa[mt], sQ + (wrow0 + mt * 16 + (mi & 1) * 8 + r8) * LDS + kk * 16 + (mi >> 1) * 8);
 #pragma unroll
-                for (int jp = 0; jp < 4; jp++) {
+                for (int jp = 0; jp < PF_SUB / 16; jp++) {
                     uint32_t kb[4]; // b0, b1 of key columns 16jp..16jp+7, then of 16jp+8..16jp+15
                     ldmatrix_x4(kb, K + ((2 * jp + (mi >> 1)) * 8 + r8) * LDS + kk * 16 + (mi & 1) * 8);
 #pragma unroll
@@ -440,17 +450,18 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                     }
                 }
             }
+            uint32_t pa[PF_MT][PF_SUB / 16][4];
 #pragma unroll
             for (int mt = 0; mt < PF_MT; mt++) {
                 const int rfirst = ctx + i0 + wrow0 + mt * 16; // the m16 tile's first position
                 const int qp0 = ctx + i0 + min(wrow0 + mt * 16 + g, nq - 1);
                 const int qp1 = ctx + i0 + min(wrow0 + mt * 16 + g + 8, nq - 1);
-                // Causal mask (only tiles reaching past the m16 tile's first row need one), then
-                // the online softmax update for rows g (elements 0, 1) and g + 8 (2, 3).
-                if (kt * PF_BK + PF_BK - 1 > rfirst) {
+                // Causal mask, then the online softmax update for rows g (elements 0, 1) and
+                // g + 8 (2, 3).
+                if (kbase + PF_SUB - 1 > rfirst) {
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        int key = kt * PF_BK + j * 8 + tq * 2;
+                    for (int j = 0; j < PF_SUB / 8; j++) {
+                        int key = kbase + j * 8 + tq * 2;
                         if (key > qp0) s[mt][j][0] = -INFINITY;
                         if (key + 1 > qp0) s[mt][j][1] = -INFINITY;
                         if (key > qp1) s[mt][j][2] = -INFINITY;
@@ -459,7 +470,7 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                 }
                 float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < PF_SUB / 8; j++) {
                     mx0 = fmaxf(mx0, fmaxf(s[mt][j][0], s[mt][j][1]));
                     mx1 = fmaxf(mx1, fmaxf(s[mt][j][2], s[mt][j][3]));
                 }
@@ -468,14 +479,14 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
                     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
                 }
-                // Key 0 is visible to every row and tile 0 is never skipped, so after the first
-                // tile the running max is finite.
+                // Key 0 is visible to every row and the first sub-tile is never skipped, so
+                // after it the running max is finite.
                 const float mn0 = fmaxf(mrow[mt][0], mx0), mn1 = fmaxf(mrow[mt][1], mx1);
                 const float al0 = exp2f(mrow[mt][0] - mn0), al1 = exp2f(mrow[mt][1] - mn1);
                 mrow[mt][0] = mn0, mrow[mt][1] = mn1;
                 float ps0 = 0, ps1 = 0;
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < PF_SUB / 8; j++) {
                     s[mt][j][0] = exp2f(s[mt][j][0] - mn0), s[mt][j][1] = exp2f(s[mt][j][1] - mn0);
                     s[mt][j][2] = exp2f(s[mt][j][2] - mn1), s[mt][j][3] = exp2f(s[mt][j][3] - mn1);
                     ps0 += s[mt][j][0] + s[mt][j][1];
@@ -488,21 +499,18 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                     o[mt][j][0] *= al0, o[mt][j][1] *= al0;
                     o[mt][j][2] *= al1, o[mt][j][3] *= al1;
                 }
-            }
-            // O += P V: the S accumulators of key columns 16k..16k+15 are exactly the A fragment;
-            // packed to bf16 first, which frees half of S's registers.
-            uint32_t pa[PF_MT][PF_BK / 16][4];
+                // P as the A fragment of P V: the S accumulators of key columns 16k..16k+15.
 #pragma unroll
-            for (int mt = 0; mt < PF_MT; mt++)
-#pragma unroll
-                for (int kk = 0; kk < PF_BK / 16; kk++) {
+                for (int kk = 0; kk < PF_SUB / 16; kk++) {
                     pa[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
                     pa[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
                     pa[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
                     pa[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                 }
+            }
+            // O += P V
 #pragma unroll
-            for (int kk = 0; kk < PF_BK / 16; kk++) {
+            for (int kk = 0; kk < PF_SUB / 16; kk++) {
 #pragma unroll
                 for (int j2 = 0; j2 < NT / 2; j2++) {
                     uint32_t vb[4];
@@ -542,11 +550,11 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     }
 }
 
-template <int HD> static cudaError_t prefill_attr(void)
+template <int HD, int SUB> static cudaError_t prefill_attr(void)
 {
     static bool done = false;
     if (done) return cudaSuccess;
-    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD>,
+    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD, SUB>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, pf_smem_bytes<HD>());
     done = err == cudaSuccess;
     return err;
@@ -554,19 +562,27 @@ template <int HD> static cudaError_t prefill_attr(void)
 
 cudaError_t k_prefill_init(void)
 {
-    cudaError_t err = prefill_attr<32>();
-    if (err == cudaSuccess) err = prefill_attr<64>();
-    if (err == cudaSuccess) err = prefill_attr<128>();
-    return err;
+    cudaError_t e[6] = {prefill_attr<32, 32>(), prefill_attr<64, 32>(), prefill_attr<128, 32>(),
+                        prefill_attr<32, 64>(), prefill_attr<64, 64>(), prefill_attr<128, 64>()};
+    for (int i = 0; i < 6; i++)
+        if (e[i] != cudaSuccess) return e[i];
+    return cudaSuccess;
 }
+
+static int prefill_sub = 32;
+extern "C" void k_set_prefill_sub(int keys) { prefill_sub = keys == 64 ? 64 : 32; }
 
 template <int HD>
 static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                   cudaStream_t stream)
 {
-    cudaError_t err = prefill_attr<HD>();
+    cudaError_t err = prefill_sub == 64 ? prefill_attr<HD, 64>() : prefill_attr<HD, 32>();
     if (err != cudaSuccess) return err;
-    return k_launch(prefill_attn_kernel<HD>, dim3(num_items, a->nh), dim3(PF_THREADS),
+    if (num_items > 65535) return cudaErrorInvalidValue;
+    if (prefill_sub == 64)
+        return k_launch(prefill_attn_kernel<HD, 64>, dim3(a->nh, num_items), dim3(PF_THREADS),
+                        pf_smem_bytes<HD>(), stream, *a, items);
+    return k_launch(prefill_attn_kernel<HD, 32>, dim3(a->nh, num_items), dim3(PF_THREADS),
                     pf_smem_bytes<HD>(), stream, *a, items);
 }
 

@@ -263,9 +263,6 @@ skinny_kernel(k_skinny_args a, int staged)
     }
 }
 
-static int skinny_per_sm = 0; // blocks per SM; 0: two, or one when the staged activation is large
-extern "C" void k_set_skinny_blocks_per_sm(int n) { skinny_per_sm = n; }
-
 static int num_sms(void)
 {
     static int n = 0;
@@ -297,8 +294,9 @@ static cudaError_t launch_sk(const k_skinny_args *a, cudaStream_t stream)
     int staged = xbytes <= K_SKINNY_SMEM;
     if (PRO == K_PRO_NORM && !staged) return cudaErrorInvalidValue;
     size_t smem = staged ? xbytes : 0;
+    // Two blocks per SM (16 warps) keep enough loads in flight; one (to let the next kernel's
+    // blocks start early under PDL) measured slower on every shape and in the decode step.
     int per_sm = smem <= 100 * 1024 ? 2 : 1;
-    if (skinny_per_sm > 0 && skinny_per_sm < per_sm) per_sm = skinny_per_sm;
     int blocks = num_sms() * per_sm, needed = (sk_tasks(EPI, a->N) + SK_WARPS - 1) / SK_WARPS;
     if (blocks > needed) blocks = needed;
     return k_launch(skinny_kernel<M, PRO, EPI>, dim3(blocks), dim3(SK_THREADS), smem, stream, *a, staged);

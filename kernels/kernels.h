@@ -102,10 +102,6 @@ typedef struct k_skinny_args {
  * batches in flight, the first ones issued before waiting for the previous kernel. K % 8 == 0. */
 cudaError_t k_gemm_skinny_fused(const k_skinny_args *a, cudaStream_t stream);
 
-/* Blocks per SM of k_gemm_skinny_fused's persistent grid (0: the default, two, or one for a large
- * staged activation): one leaves room for the next kernel's blocks to start early (PDL). */
-void k_set_skinny_blocks_per_sm(int n);
-
 /* Sets the kernels' shared-memory limits; call once before capturing CUDA graphs (launchers
  * otherwise do it on first use). */
 cudaError_t k_init(void);
@@ -148,6 +144,9 @@ cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
  * online softmax. hd in {32, 64, 128}. */
 cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                 cudaStream_t stream);
+
+/* Keys per online-softmax update of the prefill kernel, 32 (default) or 64. */
+void k_set_prefill_sub(int keys);
 
 /* One token per row of logits (n, V), as engine/sampler.c: greedy when temperature <= 0, else
  * temperature + top-p with the given uniform draws. */

@@ -209,15 +209,11 @@ static void gemms(void)
                                   .N = g.N, .K = g.K, .pro = pro[s], .epi = epi[s],
                                   .positions = dzero, .slot_mapping = dzero, .inv_freq = dinv,
                                   .k_cache = kc, .v_cache = vc, .nh = 32, .nkv = 32, .hd = 128};
-            for (int per_sm = 2; per_sm >= 1; per_sm--) {
-                k_set_skinny_blocks_per_sm(per_sm);
-                snprintf(shape, sizeof shape, "M=1 N=%d K=%d, %d block/SM", g.N, g.K, per_sm);
-                double t = time_it(do_fused, &f, 20, 15);
-                char name[64];
-                snprintf(name, sizeof name, "fused %s", what[s]);
-                row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
-            }
-            k_set_skinny_blocks_per_sm(0);
+            snprintf(shape, sizeof shape, "M=1 N=%d K=%d", g.N, g.K);
+            double t = time_it(do_fused, &f, 20, 15);
+            char name[64];
+            snprintf(name, sizeof name, "fused %s", what[s]);
+            row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
             cudaFree(xf), cudaFree(dzero), cudaFree(dinv), cudaFree(kc), cudaFree(vc);
         }
         g.M = 2048;
@@ -318,8 +314,14 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
         /* causal pairs: row i sees ctx + i + 1 keys; 2 matmuls of 2*hd FLOPs per pair */
         double pairs = (double)B * ((double)n * ctx + (double)n * (n + 1) / 2);
         double flops = 4.0 * hd * nh * pairs;
-        double t = time_it(do_prefill, &x, 3, 9);
-        row(label, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        for (int sub = 32; sub <= 64; sub += 32) { /* keys per softmax update */
+            k_set_prefill_sub(sub);
+            double t = time_it(do_prefill, &x, 3, 9);
+            char lab[64];
+            snprintf(lab, sizeof lab, "%s%s", label, sub == 64 ? ", sub 64" : "");
+            row(lab, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        }
+        k_set_prefill_sub(32);
     }
     for (int i = 0; i < copies; i++) cudaFree(kc[i]), cudaFree(vc[i]);
     cudaFree(qkv), cudaFree(out), cudaFree(x.dec), cudaFree(x.items), cudaFree(dqsl), cudaFree(dlens);
@@ -502,16 +504,14 @@ static void whole_steps(void)
     engine_close(&eng);
 
     /* Variants of the batch-1 decode step (small KV: one sequence). */
-    struct { const char *name; bool graphs, pdl; int skinny; bool fuse; int per_sm; } v[] = {
-        {"graphs+PDL+fused, 1 blk/SM", true, true, 8, true, 1},
-        {"graphs+PDL, unfused", true, true, 8, false, 0},
-        {"graphs, no PDL, fused", true, false, 8, true, 0},
-        {"no graphs, PDL, fused", false, true, 8, true, 0},
-        {"no graphs, no PDL, fused", false, false, 8, true, 0},
-        {"graphs+PDL, cuBLAS only", true, true, 0, false, 0},
+    struct { const char *name; bool graphs, pdl; int skinny; bool fuse; } v[] = {
+        {"graphs+PDL, unfused", true, true, 8, false},
+        {"graphs, no PDL, fused", true, false, 8, true},
+        {"no graphs, PDL, fused", false, true, 8, true},
+        {"no graphs, no PDL, fused", false, false, 8, true},
+        {"graphs+PDL, cuBLAS only", true, true, 0, false},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-        k_set_skinny_blocks_per_sm(v[i].per_sm);
         if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny, v[i].fuse)) exit(1);
         eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0);
         do_step(&(step_ctx){&eng, fill}, 0);
@@ -521,15 +521,24 @@ static void whole_steps(void)
         bytes = wbytes + kv_tok * 1025;
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
-        k_set_skinny_blocks_per_sm(0);
     }
-    /* The prefill step with cuda_pdl off (the engine now turns PDL off for prefill steps
-     * itself, so this should equal the first row). */
-    if (open_7b(&eng, 2048, 1, S, false, false, 8, true)) exit(1);
-    s = make_step(&sb, 1, 0, 2048, S, bs, 0);
-    t = time_step(&eng, s, 2, 5);
-    row("STEP prefill 2048 (1 seq)", "T=2048, no PDL", t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
-    engine_close(&eng);
+    /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
+     * without PDL, and with 64-key softmax updates in the attention kernel. */
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        if (open_7b(&eng, 2048, 1, S, false, pdl, 8, true)) exit(1);
+        s = make_step(&sb, 1, 0, 2048, S, bs, 0);
+        t = time_step(&eng, s, 2, 5);
+        row("STEP prefill 2048 (1 seq)", pdl ? "T=2048, 1-seq engine, PDL" : "T=2048, 1-seq engine, no PDL",
+            t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        if (pdl) {
+            k_set_prefill_sub(64);
+            t = time_step(&eng, s, 2, 5);
+            row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine, PDL, sub 64", t, flops, "TFLOP/s",
+                gemm_rate, flops / gemm_rate);
+            k_set_prefill_sub(32);
+        }
+        engine_close(&eng);
+    }
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
