@@ -85,6 +85,7 @@ void cpu_kv_write(const float *qkv, const int32_t *slot_mapping, int32_t T, int3
 {
     int32_t stride = (nh + 2 * nkv) * hd, kvdim = nkv * hd;
     for (int32_t t = 0; t < T; t++) {
+        if (slot_mapping[t] < 0) continue; /* no slot (as the kernels: padding rows) */
         const float *k = qkv + (int64_t)t * stride + (int64_t)nh * hd, *v = k + kvdim;
         float *kc = k_cache + (int64_t)slot_mapping[t] * kvdim;
         float *vc = v_cache + (int64_t)slot_mapping[t] * kvdim;

@@ -35,7 +35,8 @@ void cpu_rope_inv_freq(const model_config *mc, float *inv_freq);
 void cpu_rope(float *qkv, const int32_t *positions, int32_t T, int32_t nh, int32_t nkv, int32_t hd,
               const float *inv_freq);
 
-/* Copies each row's k and v into the caches at slot_mapping[t] (rounded to bf16 if asked). */
+/* Copies each row's k and v into the caches at slot_mapping[t] (rounded to bf16 if asked);
+ * rows with a negative slot are skipped. */
 void cpu_kv_write(const float *qkv, const int32_t *slot_mapping, int32_t T, int32_t nh, int32_t nkv,
                   int32_t hd, float *k_cache, float *v_cache, int to_bf16);
 

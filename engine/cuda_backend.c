@@ -6,11 +6,16 @@
  * Precision: weights, KV cache and GEMM inputs are bf16; the residual stream, GEMM outputs
  * (except gate/up, stored bf16), attention softmax and all accumulations are float32.
  *
- * Per layer:  add+norm -> QKV GEMM -> RoPE+KV write -> attention (decode rows: split-K kernel;
- * prefill rows: tensor-core kernel) -> O GEMM -> add+norm -> gate/up GEMM -> SiLU*up -> down
- * GEMM; then the final add+norm over the logits rows only and the LM head.
+ * Per layer:  norm -> QKV GEMM -> RoPE+KV write -> attention (decode rows: split-K kernel;
+ * prefill rows: tensor-core kernel) -> O GEMM (+= residual) -> norm -> gate/up GEMM -> SiLU*up ->
+ * down GEMM (+= residual); then the final norm over the logits rows only and the LM head. The
+ * residual adds are the GEMMs' own (cuBLAS beta = 1, or the skinny kernel's epilogue), so the
+ * norms only read the residual stream.
  * GEMMs with at most skinny_max_tokens rows use the weight-streaming kernel (k_gemm_skinny),
- * others cuBLAS (bf16 in, fp32 compute). Pure-decode steps are captured once per batch size as
+ * others cuBLAS (bf16 in, fp32 compute). Steps of at most 8 rows (decode) run fused, five
+ * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
+ * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
+ * small kernel cost more in launch and drain than its work. Pure-decode steps are captured once per batch size as
  * a CUDA graph and replayed, one graph per (batch size, context-length bucket): the decode
  * attention grid covers the bucket (a power of two), blocks past a sequence's length exit at
  * once, so a graph serves every length in its bucket.
@@ -79,7 +84,6 @@ typedef struct cuda_model {
     bf16_t *xn;    /* (T, h) */
     float *qkv;    /* (T, qkv_dim) */
     bf16_t *attn;  /* (T, nh*hd) */
-    float *tmp;    /* (T, h) O and down projections */
     bf16_t *gu;    /* (T, 2I) */
     bf16_t *act;   /* (T, I) */
     bf16_t *xrows; /* (N, h) final norm of the logits rows */
@@ -141,7 +145,7 @@ static void cuda_destroy(void *self)
     for (int32_t i = 0; i < m->num_graphs; i++) cudaGraphExecDestroy(m->graphs[i].exec);
     if (m->blas) cublasDestroy(m->blas);
     void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->attn,
-                   m->tmp, m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
+                   m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
                    m->d_meta, m->d_samp, m->d_tok};
     for (size_t i = 0; i < ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
@@ -292,6 +296,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
             goto fail;                                                                            \
         }                                                                                         \
     } while (0)
+    CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
     if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -323,7 +328,6 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     TRY(dev_alloc((void **)&m->xn, (size_t)(T * h) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->qkv, (size_t)(T * m->qkv_dim) * 4, "activations", e));
     TRY(dev_alloc((void **)&m->attn, (size_t)(T * qd) * 2, "activations", e));
-    TRY(dev_alloc((void **)&m->tmp, (size_t)(T * h) * 4, "activations", e));
     TRY(dev_alloc((void **)&m->gu, (size_t)(T * 2 * I) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->act, (size_t)(T * I) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->xrows, (size_t)(N * h) * 2, "activations", e));
@@ -350,16 +354,19 @@ fail:
     return rc;
 }
 
-static int gemm(cuda_model *m, const bf16_t *x, const bf16_t *w, void *y, int y_f32, int32_t M,
-                int32_t N, int32_t K, terr *e)
+/* y = x w^T, or y += x w^T when `accumulate` (y float: the residual add). */
+static int gemm(cuda_model *m, const bf16_t *x, const bf16_t *w, void *y, int y_f32, int accumulate,
+                int32_t M, int32_t N, int32_t K, terr *e)
 {
     if (M <= m->o.skinny_max_tokens && M <= 8) {
-        CU_TRY(k_gemm_skinny(x, w, y, y_f32, M, N, K, m->stream));
+        k_skinny_args a = {.x = x, .w = w, .y = y, .M = M, .N = N, .K = K, .pro = K_PRO_NONE,
+                           .epi = accumulate ? K_EPI_RESIDUAL : y_f32 ? K_EPI_F32 : K_EPI_BF16};
+        CU_TRY(k_gemm_skinny_fused(&a, m->stream));
         return 0;
     }
     /* cuBLAS is column-major: row-major y (M, N) is y^T (N, M) = op(w) x^T, where w's (N, K)
      * rows read column-major are a (K, N) matrix, hence OP_T; x's rows are x^T's columns. */
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     BLAS_TRY(cublasGemmEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, CUDA_R_16BF, K, x,
                           CUDA_R_16BF, K, &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, N,
                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -382,27 +389,55 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
         .scale = 1.0f / sqrtf((float)hd),
     };
     (void)B;
+    /* Decode-sized steps run fused (see the top of this file); the norm prologue stages the
+     * normalised rows in shared memory, hence the size limit. */
+    bool fuse = m->o.cuda_fuse && T <= 8 && T <= m->o.skinny_max_tokens &&
+                (int64_t)T * h * 2 <= K_SKINNY_SMEM;
     CU_TRY(k_embed(m->embed, d + l->tok, T, h, m->x, m->stream));
     for (int32_t li = 0; li < mc->num_layers; li++) {
         cuda_layer *L = &m->layers[li];
         bf16_t *kc = m->kv + 2 * li * m->layer_kv, *vc = kc + m->layer_kv;
         a.k_cache = kc, a.v_cache = vc;
-        CU_TRY(k_add_rmsnorm(m->x, li ? m->tmp : NULL, L->attn_norm, NULL, T, h, eps, m->xn, m->stream));
-        if (gemm(m, m->xn, L->wqkv, m->qkv, 1, T, m->qkv_dim, h, e)) return ENGINE_ERR_DEVICE;
-        CU_TRY(k_rope_kv_write(m->qkv, d + l->pos, d + l->slot, T, nh, nkv, hd, m->inv_freq, kc, vc,
-                               m->stream));
+        if (fuse) {
+            k_skinny_args q = {.x = m->x, .norm_w = L->attn_norm, .eps = eps, .w = L->wqkv,
+                               .y = m->qkv, .M = T, .N = m->qkv_dim, .K = h, .pro = K_PRO_NORM,
+                               .epi = K_EPI_ROPE_KV, .positions = d + l->pos,
+                               .slot_mapping = d + l->slot, .inv_freq = m->inv_freq,
+                               .k_cache = kc, .v_cache = vc, .nh = nh, .nkv = nkv, .hd = hd};
+            CU_TRY(k_gemm_skinny_fused(&q, m->stream));
+        } else {
+            CU_TRY(k_add_rmsnorm(m->x, NULL, L->attn_norm, NULL, T, h, eps, m->xn, m->stream));
+            if (gemm(m, m->xn, L->wqkv, m->qkv, 1, 0, T, m->qkv_dim, h, e)) return ENGINE_ERR_DEVICE;
+            CU_TRY(k_rope_kv_write(m->qkv, d + l->pos, d + l->slot, T, nh, nkv, hd, m->inv_freq, kc,
+                                   vc, m->stream));
+        }
         CU_TRY(k_decode_attention(&a, d + l->dec, nd, partition, max_parts, m->partials, m->counters,
                                   m->stream));
         CU_TRY(k_prefill_attention(&a, d + l->items, np, m->stream));
-        if (gemm(m, m->attn, L->wo, m->tmp, 1, T, h, nh * hd, e)) return ENGINE_ERR_DEVICE;
-        CU_TRY(k_add_rmsnorm(m->x, m->tmp, L->mlp_norm, NULL, T, h, eps, m->xn, m->stream));
-        if (gemm(m, m->xn, L->wgu, m->gu, 0, T, 2 * I, h, e)) return ENGINE_ERR_DEVICE;
-        CU_TRY(k_silu_mul(m->gu, T, I, m->act, m->stream));
-        if (gemm(m, m->act, L->wdown, m->tmp, 1, T, h, I, e)) return ENGINE_ERR_DEVICE;
+        if (gemm(m, m->attn, L->wo, m->x, 1, 1, T, h, nh * hd, e)) return ENGINE_ERR_DEVICE;
+        if (fuse) {
+            k_skinny_args g = {.x = m->x, .norm_w = L->mlp_norm, .eps = eps, .w = L->wgu,
+                               .y = m->act, .M = T, .N = 2 * I, .K = h, .pro = K_PRO_NORM,
+                               .epi = K_EPI_SILU};
+            CU_TRY(k_gemm_skinny_fused(&g, m->stream));
+        } else {
+            CU_TRY(k_add_rmsnorm(m->x, NULL, L->mlp_norm, NULL, T, h, eps, m->xn, m->stream));
+            if (gemm(m, m->xn, L->wgu, m->gu, 0, 0, T, 2 * I, h, e)) return ENGINE_ERR_DEVICE;
+            CU_TRY(k_silu_mul(m->gu, T, I, m->act, m->stream));
+        }
+        if (gemm(m, m->act, L->wdown, m->x, 1, 1, T, h, I, e)) return ENGINE_ERR_DEVICE;
     }
     if (N > 0) {
-        CU_TRY(k_add_rmsnorm(m->x, m->tmp, m->final_norm, d + l->rows, N, h, eps, m->xrows, m->stream));
-        if (gemm(m, m->xrows, m->lm_head, m->logits, 1, N, mc->vocab_size, h, e)) return ENGINE_ERR_DEVICE;
+        if (fuse && N <= 8 && (int64_t)N * h * 2 <= K_SKINNY_SMEM) {
+            k_skinny_args f = {.x = m->x, .x_rows = d + l->rows, .norm_w = m->final_norm,
+                               .eps = eps, .w = m->lm_head, .y = m->logits, .M = N,
+                               .N = mc->vocab_size, .K = h, .pro = K_PRO_NORM, .epi = K_EPI_F32};
+            CU_TRY(k_gemm_skinny_fused(&f, m->stream));
+        } else {
+            CU_TRY(k_add_rmsnorm(m->x, NULL, m->final_norm, d + l->rows, N, h, eps, m->xrows, m->stream));
+            if (gemm(m, m->xrows, m->lm_head, m->logits, 1, 0, N, mc->vocab_size, h, e))
+                return ENGINE_ERR_DEVICE;
+        }
     }
     return 0;
 }

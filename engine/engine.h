@@ -74,9 +74,12 @@ typedef struct engine_opts {
                                   neighbours' launch and tail; process-wide) */
     int32_t skinny_max_tokens; /* cuda: GEMMs with at most this many rows use the engine's own
                                   weight-streaming kernel instead of cuBLAS (0: never) */
+    bool cuda_fuse;            /* cuda: steps of at most 8 rows run the fused decode path (norms,
+                                  RoPE + KV write and SiLU * up inside the skinny GEMMs) */
 } engine_opts;
 
-/* Fills the defaults above (backend "cuda", graphs and PDL on, skinny GEMM up to 8 rows). */
+/* Fills the defaults above (backend "cuda", graphs, PDL and fusion on, skinny GEMM up to 8
+ * rows). */
 void engine_opts_default(engine_opts *o);
 
 typedef struct engine_backend_ops {

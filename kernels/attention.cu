@@ -8,10 +8,12 @@
 // (sequence, head group) to finish (atomic counter) combines the partitions, so decode needs one
 // launch. Memory bound: every K and V byte of the context is read once.
 //
-// prefill_attn_kernel: 64 query rows of one sequence and one head per block (4 warps x 16
-// rows); keys in tiles of 64 gathered from the pages with cp.async, double buffered; S = QK^T and
-// O += PV on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators), online softmax in
-// registers (FlashAttention-2). Row i of the sequence is position ctx + i and sees keys
+// prefill_attn_kernel: 128 query rows of one sequence and one head per block (4 warps x 32
+// rows, so each K/V fragment loaded from shared memory feeds two MMAs); keys in tiles of 64
+// gathered from the pages with cp.async, double buffered; S = QK^T and O += PV on tensor cores
+// (mma.sync m16n8k16 bf16, fp32 accumulators, fragments by ldmatrix), online softmax in
+// registers (FlashAttention-2). Key tiles wholly past a warp's rows are skipped, and only tiles
+// that reach past an m16 tile's first row are masked. Row i of the sequence is position ctx + i and sees keys
 // 0..ctx+i: with the chunk's K/V already written to the cache this is prefill, chunked prefill
 // (a chunk after a cached prefix) and the causal mask in one.
 //
@@ -28,8 +30,15 @@
 #define DEC_WARPS (DEC_THREADS / 32)
 #define DEC_UNROLL 4
 
-template <int HD, int G>
-__global__ void __launch_bounds__(DEC_THREADS)
+// Tokens a decode block covers in one pass of its loops.
+template <int HD> constexpr int dec_pass_rows() { return DEC_UNROLL * DEC_WARPS * (32 / (HD / 8)); }
+
+// ONE_PASS: the partition fits one pass (P <= dec_pass_rows), as at batch 1 where partitions
+// are small to fill the GPU; then the V rows are loaded together with the K rows.
+// The one-pass single-head variant is held to 64 registers: 8 blocks per SM, so a batch-1 grid
+// (32 heads x 32 partitions) is one wave (at 72 registers it took two: 13 -> 20 us).
+template <int HD, int G, bool ONE_PASS>
+__global__ void __launch_bounds__(DEC_THREADS, ONE_PASS && G == 1 ? 8 : 1)
 decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts,
                    float *partials, int32_t *counters)
 {
@@ -64,6 +73,21 @@ decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t
         float4 x0 = qp[0], x1 = qp[1];
         q[g][0] = x0.x * qscale, q[g][1] = x0.y * qscale, q[g][2] = x0.z * qscale, q[g][3] = x0.w * qscale;
         q[g][4] = x1.x * qscale, q[g][5] = x1.y * qscale, q[g][6] = x1.z * qscale, q[g][7] = x1.w * qscale;
+    }
+
+    // One pass: the V rows are loaded together with the K rows (they do not depend on the
+    // scores), so the K pass, softmax and V pass are not three serial round trips to memory.
+    // (With several passes the extra registers cost more than they save: measured at batch 64.)
+    uint4 v_first[DEC_UNROLL];
+#pragma unroll
+    for (int u = 0; u < DEC_UNROLL; u++) {
+        int j = warp * TPW + u * STEP + sub;
+        v_first[u] = make_uint4(0, 0, 0, 0);
+        if (ONE_PASS && j < n) {
+            int t = t0 + j;
+            int64_t slot = (int64_t)bt[t / bs] * bs + t % bs;
+            v_first[u] = ld_stream(a.v_cache + (slot * a.nkv + kvh) * HD + dl * 8);
+        }
     }
 
     // Phase 1: scores. The loop bound is uniform per warp (shuffles need every lane).
@@ -124,8 +148,8 @@ decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t
 #pragma unroll
         for (int u = 0; u < DEC_UNROLL; u++) {
             int j = wb + u * STEP + sub;
-            vv[u] = make_uint4(0, 0, 0, 0);
-            if (j < n) {
+            vv[u] = v_first[u];
+            if (!ONE_PASS && j < n) {
                 int t = t0 + j;
                 int64_t slot = (int64_t)bt[t / bs] * bs + t % bs;
                 vv[u] = ld_stream(a.v_cache + (slot * a.nkv + kvh) * HD + dl * 8);
@@ -216,8 +240,11 @@ static cudaError_t launch_decode(const k_attn_args *a, const int32_t *decode_seq
                                  cudaStream_t stream)
 {
     dim3 grid(a->nh / G, num_decode, max_parts);
-    return k_launch(decode_attn_kernel<HD, G>, grid, dim3(DEC_THREADS), 0, stream, *a, decode_seqs,
-                    P, max_parts, partials, counters);
+    if (P <= dec_pass_rows<HD>())
+        return k_launch(decode_attn_kernel<HD, G, true>, grid, dim3(DEC_THREADS), 0, stream, *a,
+                        decode_seqs, P, max_parts, partials, counters);
+    return k_launch(decode_attn_kernel<HD, G, false>, grid, dim3(DEC_THREADS), 0, stream, *a,
+                    decode_seqs, P, max_parts, partials, counters);
 }
 
 template <int HD>
@@ -250,9 +277,14 @@ extern "C" cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *d
 
 // ---- prefill ----------------------------------------------------------------------------------
 
+// FlashAttention-2's arrangement: 128 query rows per block, 4 warps of 32 rows (two m16 tiles, so
+// each K/V fragment read from shared memory feeds two MMAs), key tiles of 64 double buffered.
 #define PF_BQ K_PREFILL_TILE
 #define PF_BK 64
-#define PF_THREADS 128
+#define PF_WARPS 4
+#define PF_THREADS (PF_WARPS * 32)
+#define PF_MT (PF_BQ / (16 * PF_WARPS)) // m16 tiles per warp
+static_assert(PF_MT == 2, "32 query rows per warp");
 
 __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
@@ -260,6 +292,14 @@ __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *p)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *p)
@@ -283,26 +323,29 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// K and V double buffers; the Q tile is staged in K's second buffer (its fragments move to
-// registers before that buffer is first filled), so 3 blocks fit per SM.
-static_assert(PF_BQ == PF_BK, "the Q tile is staged in a K buffer");
-template <int HD> constexpr int pf_smem_bytes() { return 4 * PF_BK * (HD + 8) * 2; }
+// Q tile, then K and V double buffers: 102 KB at hd 128, two blocks per SM.
+template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (HD + 8) * 2; }
 
-template <int HD>
-__global__ void __launch_bounds__(PF_THREADS, 3)
+// SUB: keys per softmax update (32 or 64; k_set_prefill_sub).
+template <int HD, int PF_SUB>
+__global__ void __launch_bounds__(PF_THREADS, 2)
 prefill_attn_kernel(k_attn_args a, const int32_t *items)
 {
-    constexpr int LDS = HD + 8; // shared row stride (bf16): +16 bytes keeps fragment loads conflict-free
+    constexpr int LDS = HD + 8; // shared row stride (bf16): +16 bytes keeps ldmatrix conflict-free
     constexpr int KSTEPS = HD / 16, NT = HD / 8;
+    constexpr int KV_ITERS = PF_BK * (HD / 8) / PF_THREADS; // 16-byte chunks per thread per tile
+    static_assert(PF_BK * (HD / 8) % PF_THREADS == 0, "whole chunks per thread");
     extern __shared__ __align__(16) uint16_t smem[];
-    uint16_t *sK = smem;                  // (2, BK, LDS)
-    uint16_t *sV = sK + 2 * PF_BK * LDS;  // (2, BK, LDS)
-    uint16_t *sQ = sK + PF_BK * LDS;      // (BQ, LDS): K buffer 1 until tile 1 is loaded
+    uint16_t *sQ = smem;                 // (BQ, LDS)
+    uint16_t *sK = sQ + PF_BQ * LDS;     // (2, BK, LDS)
+    uint16_t *sV = sK + 2 * PF_BK * LDS; // (2, BK, LDS)
 
     griddep_wait();
     griddep_launch_next();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-    const int b = items[2 * blockIdx.x], i0 = items[2 * blockIdx.x + 1], head = blockIdx.y;
+    const int mi = lane >> 3, r8 = lane & 7; // ldmatrix: which 8x8 matrix this lane addresses, and its row
+    // grid (heads, items): every head of the first (longest) item is dispatched first
+    const int b = items[2 * blockIdx.y], i0 = items[2 * blockIdx.y + 1], head = blockIdx.x;
     const int q0 = a.query_start_loc[b], n = a.query_start_loc[b + 1] - q0;
     const int len = a.seq_lens[b], ctx = len - n;
     const int kvh = head / (a.nh / a.nkv), nq = min(PF_BQ, n - i0);
@@ -311,14 +354,26 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
     const int bs = a.block_size;
 
+    // The page lookups of a tile first, then its copies (the copies wait on no lookup). Offsets
+    // are kept in 16-byte units (32 bits cover 64 GiB of one layer's K) to save registers.
+    const uint4 *kc16 = reinterpret_cast<const uint4 *>(a.k_cache);
+    const uint4 *vc16 = reinterpret_cast<const uint4 *>(a.v_cache);
     auto load_kv = [&](int kt, int buf) {
-        for (int idx = tid; idx < PF_BK * (HD / 8); idx += PF_THREADS) {
-            int j = idx / (HD / 8), c = (idx % (HD / 8)) * 8, key = kt * PF_BK + j;
-            bool ok = key <= last_pos;
-            int64_t off = 0;
-            if (ok) off = (((int64_t)bt[key / bs] * bs + key % bs) * a.nkv + kvh) * HD + c;
-            cp_async16(sK + (buf * PF_BK + j) * LDS + c, a.k_cache + off, ok ? 16 : 0);
-            cp_async16(sV + (buf * PF_BK + j) * LDS + c, a.v_cache + off, ok ? 16 : 0);
+        uint32_t off[KV_ITERS];
+#pragma unroll
+        for (int it = 0; it < KV_ITERS; it++) {
+            int idx = tid + it * PF_THREADS, j = idx / (HD / 8), c = idx % (HD / 8);
+            int key = kt * PF_BK + j;
+            off[it] = key <= last_pos
+                          ? (uint32_t)((((int64_t)bt[key / bs] * bs + key % bs) * a.nkv + kvh) * (HD / 8) + c)
+                          : 0xffffffffu;
+        }
+#pragma unroll
+        for (int it = 0; it < KV_ITERS; it++) {
+            int idx = tid + it * PF_THREADS, j = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
+            bool ok = off[it] != 0xffffffffu;
+            cp_async16(sK + (buf * PF_BK + j) * LDS + c, kc16 + (ok ? off[it] : 0), ok ? 16 : 0);
+            cp_async16(sV + (buf * PF_BK + j) * LDS + c, vc16 + (ok ? off[it] : 0), ok ? 16 : 0);
         }
         cp_async_commit();
     };
@@ -336,26 +391,22 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
         dst[0] = pack_bf16x2(v.x * qscale, v.y * qscale);
         dst[1] = pack_bf16x2(v.z * qscale, v.w * qscale);
     }
-    __syncthreads();
-    uint32_t qf[KSTEPS][4];
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-        const uint16_t *p = sQ + (warp * 16 + g) * LDS + kk * 16 + tq * 2;
-        qf[kk][0] = *reinterpret_cast<const uint32_t *>(p);
-        qf[kk][1] = *reinterpret_cast<const uint32_t *>(p + 8 * LDS);
-        qf[kk][2] = *reinterpret_cast<const uint32_t *>(p + 8);
-        qf[kk][3] = *reinterpret_cast<const uint32_t *>(p + 8 * LDS + 8);
-    }
-    __syncthreads(); // every warp holds its Q fragments: K buffer 1 may be refilled
-    // This thread's two rows (g and g + 8 of the warp's 16); rows past nq borrow the last
-    // valid position so their (discarded) softmax stays finite.
-    const int r0 = warp * 16 + g, r1 = r0 + 8;
-    const int qpos0 = ctx + i0 + min(r0, nq - 1), qpos1 = ctx + i0 + min(r1, nq - 1);
 
-    float o[NT][4];
+    // This warp's rows: wrow0 .. wrow0 + 31 of the tile; a thread holds rows g and g + 8 of each
+    // m16 tile. Rows past nq borrow the last valid position so their (discarded) softmax stays
+    // finite; a warp whose rows are all past nq computes nothing.
+    const int wrow0 = warp * 16 * PF_MT;
+    const bool warp_rows = wrow0 < nq;
+    const int warp_last = ctx + i0 + min(wrow0 + 16 * PF_MT - 1, nq - 1); // its last position
+
+    float o[PF_MT][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+    for (int mt = 0; mt < PF_MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0;
+    float mrow[PF_MT][2], lrow[PF_MT][2];
+#pragma unroll
+    for (int mt = 0; mt < PF_MT; mt++) mrow[mt][0] = mrow[mt][1] = -INFINITY, lrow[mt][0] = lrow[mt][1] = 0;
 
     for (int kt = 0; kt < ntiles; kt++) {
         const int buf = kt & 1;
@@ -365,115 +416,174 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
         } else {
             cp_async_wait<0>();
         }
-        __syncthreads();
-        const uint16_t *K = sK + buf * PF_BK * LDS, *V = sV + buf * PF_BK * LDS;
-
-        float s[8][4];
+        __syncthreads(); // tile kt (and, the first time, Q) is in shared memory
+        // The tile in sub-tiles of PF_SUB keys, each with its own softmax update: with 32, S for
+        // 32 rows takes 32 registers instead of 64 beside O's 128 (at 64 the kernel spilled, and
+        // the spills are served from L2 because shared memory takes the L1). Sub-tiles wholly past this
+        // warp's last row are skipped (causal: the last tiles of a 128-row block are beyond its
+        // first warps), and only those reaching past an m16 tile's first row are masked.
+#pragma unroll 1
+        for (int sub = 0; sub < PF_BK / PF_SUB; sub++) {
+            const int kbase = kt * PF_BK + sub * PF_SUB;
+            if (!warp_rows || kbase > warp_last) continue;
+            const uint16_t *K = sK + (buf * PF_BK + sub * PF_SUB) * LDS;
+            const uint16_t *V = sV + (buf * PF_BK + sub * PF_SUB) * LDS;
+            float s[PF_MT][PF_SUB / 8][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
+            for (int mt = 0; mt < PF_MT; mt++)
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++)
+                for (int j = 0; j < PF_SUB / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
+#pragma unroll 1
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                uint32_t qa[PF_MT][4];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const uint16_t *kp = K + (j * 8 + g) * LDS + kk * 16 + tq * 2;
-                mma_bf16(s[j], qf[kk], *reinterpret_cast<const uint32_t *>(kp),
-                         *reinterpret_cast<const uint32_t *>(kp + 8));
+                for (int mt = 0; mt < PF_MT; mt++)
+                    ldmatrix_x4(qa[mt], sQ + (wrow0 + mt * 16 + (mi & 1) * 8 + r8) * LDS + kk * 16 + (mi >> 1) * 8);
+#pragma unroll
+                for (int jp = 0; jp < PF_SUB / 16; jp++) {
+                    uint32_t kb[4]; // b0, b1 of key columns 16jp..16jp+7, then of 16jp+8..16jp+15
+                    ldmatrix_x4(kb, K + ((2 * jp + (mi >> 1)) * 8 + r8) * LDS + kk * 16 + (mi & 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < PF_MT; mt++) {
+                        mma_bf16(s[mt][2 * jp], qa[mt], kb[0], kb[1]);
+                        mma_bf16(s[mt][2 * jp + 1], qa[mt], kb[2], kb[3]);
+                    }
+                }
             }
-        // Causal mask (only tiles reaching past the warp's first row need one), then the online
-        // softmax update for rows r0 (elements 0, 1) and r1 (2, 3).
-        if (kt * PF_BK + PF_BK - 1 > ctx + i0 + warp * 16) {
+            uint32_t pa[PF_MT][PF_SUB / 16][4];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                int key = kt * PF_BK + j * 8 + tq * 2;
-                if (key > qpos0) s[j][0] = -INFINITY;
-                if (key + 1 > qpos0) s[j][1] = -INFINITY;
-                if (key > qpos1) s[j][2] = -INFINITY;
-                if (key + 1 > qpos1) s[j][3] = -INFINITY;
+            for (int mt = 0; mt < PF_MT; mt++) {
+                const int rfirst = ctx + i0 + wrow0 + mt * 16; // the m16 tile's first position
+                const int qp0 = ctx + i0 + min(wrow0 + mt * 16 + g, nq - 1);
+                const int qp1 = ctx + i0 + min(wrow0 + mt * 16 + g + 8, nq - 1);
+                // Causal mask, then the online softmax update for rows g (elements 0, 1) and
+                // g + 8 (2, 3).
+                if (kbase + PF_SUB - 1 > rfirst) {
+#pragma unroll
+                    for (int j = 0; j < PF_SUB / 8; j++) {
+                        int key = kbase + j * 8 + tq * 2;
+                        if (key > qp0) s[mt][j][0] = -INFINITY;
+                        if (key + 1 > qp0) s[mt][j][1] = -INFINITY;
+                        if (key > qp1) s[mt][j][2] = -INFINITY;
+                        if (key + 1 > qp1) s[mt][j][3] = -INFINITY;
+                    }
+                }
+                float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < PF_SUB / 8; j++) {
+                    mx0 = fmaxf(mx0, fmaxf(s[mt][j][0], s[mt][j][1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[mt][j][2], s[mt][j][3]));
+                }
+#pragma unroll
+                for (int off = 1; off < 4; off <<= 1) {
+                    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+                    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+                }
+                // Key 0 is visible to every row and the first sub-tile is never skipped, so
+                // after it the running max is finite.
+                const float mn0 = fmaxf(mrow[mt][0], mx0), mn1 = fmaxf(mrow[mt][1], mx1);
+                const float al0 = exp2f(mrow[mt][0] - mn0), al1 = exp2f(mrow[mt][1] - mn1);
+                mrow[mt][0] = mn0, mrow[mt][1] = mn1;
+                float ps0 = 0, ps1 = 0;
+#pragma unroll
+                for (int j = 0; j < PF_SUB / 8; j++) {
+                    s[mt][j][0] = exp2f(s[mt][j][0] - mn0), s[mt][j][1] = exp2f(s[mt][j][1] - mn0);
+                    s[mt][j][2] = exp2f(s[mt][j][2] - mn1), s[mt][j][3] = exp2f(s[mt][j][3] - mn1);
+                    ps0 += s[mt][j][0] + s[mt][j][1];
+                    ps1 += s[mt][j][2] + s[mt][j][3];
+                }
+                lrow[mt][0] = lrow[mt][0] * al0 + ps0;
+                lrow[mt][1] = lrow[mt][1] * al1 + ps1;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    o[mt][j][0] *= al0, o[mt][j][1] *= al0;
+                    o[mt][j][2] *= al1, o[mt][j][3] *= al1;
+                }
+                // P as the A fragment of P V: the S accumulators of key columns 16k..16k+15.
+#pragma unroll
+                for (int kk = 0; kk < PF_SUB / 16; kk++) {
+                    pa[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
             }
-        }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
+            // O += P V
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
-        }
+            for (int kk = 0; kk < PF_SUB / 16; kk++) {
 #pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
-        // Key 0 is visible to every row, so after the first tile the running max is finite.
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
-        m0 = mn0, m1 = mn1;
-        float ps0 = 0, ps1 = 0;
+                for (int j2 = 0; j2 < NT / 2; j2++) {
+                    uint32_t vb[4];
+                    ldmatrix_x4_trans(vb, V + (kk * 16 + (mi & 1) * 8 + r8) * LDS + (2 * j2 + (mi >> 1)) * 8);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            s[j][0] = exp2f(s[j][0] - mn0), s[j][1] = exp2f(s[j][1] - mn0);
-            s[j][2] = exp2f(s[j][2] - mn1), s[j][3] = exp2f(s[j][3] - mn1);
-            ps0 += s[j][0] + s[j][1];
-            ps1 += s[j][2] + s[j][3];
-        }
-        l0 = l0 * al0 + ps0;
-        l1 = l1 * al1 + ps1;
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            o[j][0] *= al0, o[j][1] *= al0;
-            o[j][2] *= al1, o[j][3] *= al1;
-        }
-        // O += P V: the S accumulators of key columns 16k..16k+15 are exactly the A fragment.
-#pragma unroll
-        for (int kk = 0; kk < PF_BK / 16; kk++) {
-            uint32_t pa[4];
-            pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int j2 = 0; j2 < NT / 2; j2++) {
-                int mi = lane >> 3, r = lane & 7;
-                const uint16_t *vp = V + (kk * 16 + (mi & 1) * 8 + r) * LDS + (2 * j2 + (mi >> 1)) * 8;
-                uint32_t vb[4];
-                ldmatrix_x4_trans(vb, vp);
-                mma_bf16(o[2 * j2], pa, vb[0], vb[1]);
-                mma_bf16(o[2 * j2 + 1], pa, vb[2], vb[3]);
+                    for (int mt = 0; mt < PF_MT; mt++) {
+                        mma_bf16(o[mt][2 * j2], pa[mt][kk], vb[0], vb[1]);
+                        mma_bf16(o[mt][2 * j2 + 1], pa[mt][kk], vb[2], vb[3]);
+                    }
+                }
             }
         }
         __syncthreads(); // everyone is done with buf before it is refilled
     }
 
+    if (!warp_rows) return;
 #pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    for (int mt = 0; mt < PF_MT; mt++) {
+        float l0 = lrow[mt][0], l1 = lrow[mt][1];
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
-        int col = head * HD + j * 8 + tq * 2;
-        if (r0 < nq)
-            *reinterpret_cast<uint32_t *>(a.out + (int64_t)(q0 + i0 + r0) * a.out_stride + col) =
-                pack_bf16x2(o[j][0] * inv0, o[j][1] * inv0);
-        if (r1 < nq)
-            *reinterpret_cast<uint32_t *>(a.out + (int64_t)(q0 + i0 + r1) * a.out_stride + col) =
-                pack_bf16x2(o[j][2] * inv1, o[j][3] * inv1);
+        for (int off = 1; off < 4; off <<= 1) {
+            l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+        }
+        const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+        const int r0 = wrow0 + mt * 16 + g, r1 = r0 + 8;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            int col = head * HD + j * 8 + tq * 2;
+            if (r0 < nq)
+                *reinterpret_cast<uint32_t *>(a.out + (int64_t)(q0 + i0 + r0) * a.out_stride + col) =
+                    pack_bf16x2(o[mt][j][0] * inv0, o[mt][j][1] * inv0);
+            if (r1 < nq)
+                *reinterpret_cast<uint32_t *>(a.out + (int64_t)(q0 + i0 + r1) * a.out_stride + col) =
+                    pack_bf16x2(o[mt][j][2] * inv1, o[mt][j][3] * inv1);
+        }
     }
 }
+
+template <int HD, int SUB> static cudaError_t prefill_attr(void)
+{
+    static bool done = false;
+    if (done) return cudaSuccess;
+    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD, SUB>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, pf_smem_bytes<HD>());
+    done = err == cudaSuccess;
+    return err;
+}
+
+cudaError_t k_prefill_init(void)
+{
+    cudaError_t e[6] = {prefill_attr<32, 32>(), prefill_attr<64, 32>(), prefill_attr<128, 32>(),
+                        prefill_attr<32, 64>(), prefill_attr<64, 64>(), prefill_attr<128, 64>()};
+    for (int i = 0; i < 6; i++)
+        if (e[i] != cudaSuccess) return e[i];
+    return cudaSuccess;
+}
+
+static int prefill_sub = 32;
+extern "C" void k_set_prefill_sub(int keys) { prefill_sub = keys == 64 ? 64 : 32; }
 
 template <int HD>
 static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                   cudaStream_t stream)
 {
-    constexpr int smem = pf_smem_bytes<HD>();
-    static bool attr_set = false;
-    if (!attr_set) {
-        cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return err;
-        attr_set = true;
-    }
-    return k_launch(prefill_attn_kernel<HD>, dim3(num_items, a->nh), dim3(PF_THREADS), smem, stream,
-                    *a, items);
+    cudaError_t err = prefill_sub == 64 ? prefill_attr<HD, 64>() : prefill_attr<HD, 32>();
+    if (err != cudaSuccess) return err;
+    if (num_items > 65535) return cudaErrorInvalidValue;
+    if (prefill_sub == 64)
+        return k_launch(prefill_attn_kernel<HD, 64>, dim3(a->nh, num_items), dim3(PF_THREADS),
+                        pf_smem_bytes<HD>(), stream, *a, items);
+    return k_launch(prefill_attn_kernel<HD, 32>, dim3(a->nh, num_items), dim3(PF_THREADS),
+                    pf_smem_bytes<HD>(), stream, *a, items);
 }
 
 extern "C" cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items,

@@ -95,7 +95,7 @@ add_rmsnorm_kernel(float *x, const float *delta, const bf16_t *w, const int32_t 
     for (int k = 0; k < NORM_MAX_CHUNKS; k++) {
         int c = threadIdx.x + k * NORM_THREADS;
         if (c < h / 8) {
-            if (!rows) {
+            if (!rows && dr) { // without delta y == x: nothing to store
                 reinterpret_cast<float4 *>(xr)[2 * c] = make_float4(y[k][0], y[k][1], y[k][2], y[k][3]);
                 reinterpret_cast<float4 *>(xr)[2 * c + 1] = make_float4(y[k][4], y[k][5], y[k][6], y[k][7]);
             }
@@ -120,41 +120,50 @@ extern "C" cudaError_t k_add_rmsnorm(float *x, const float *delta, const bf16_t 
 
 // ---- RoPE + KV write ----------------------------------------------------------------------------
 
-// grid (T), block 256. Threads first rotate the (nh + nkv) * hd/2 pairs, writing q back and k
-// to the cache, then copy v. Angles are float32 pos * inv_freq, as transformers computes them.
+// grid (T), block 256. A thread rotates 4 consecutive pairs with 16-byte accesses (x[i..i+3]
+// with x[i+hd/2..i+hd/2+3]), writing q back and k to the cache, then v is copied 8 values at a
+// time. Angles are float32 pos * inv_freq, as transformers computes them. hd % 8 == 0.
 __global__ void rope_kv_kernel(float *qkv, const int32_t *positions, const int32_t *slots,
                                int32_t nh, int32_t nkv, int32_t hd, const float *inv_freq,
                                bf16_t *k_cache, bf16_t *v_cache)
 {
     griddep_wait();
     griddep_launch_next();
-    int t = blockIdx.x, half = hd / 2;
+    int t = blockIdx.x, half = hd / 2, q4 = half / 4;
     int64_t stride = (int64_t)(nh + 2 * nkv) * hd;
     float *row = qkv + t * stride;
     float pos = (float)positions[t];
     int64_t slot = slots[t];
-    int pairs = (nh + nkv) * half;
-    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-        int head = p / half, i = p % half;
-        float s, c;
-        sincosf(__fmul_rn(pos, inv_freq[i]), &s, &c);
+    int groups = (nh + nkv) * q4;
+    for (int p = threadIdx.x; p < groups; p += blockDim.x) {
+        int head = p / q4, i = (p % q4) * 4;
         float *v = row + (int64_t)head * hd;
-        float x1 = v[i], x2 = v[i + half];
-        float r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+        float4 a = *reinterpret_cast<const float4 *>(v + i), b = *reinterpret_cast<const float4 *>(v + i + half);
+        float x1[4] = {a.x, a.y, a.z, a.w}, x2[4] = {b.x, b.y, b.z, b.w}, r1[4], r2[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float s, c;
+            sincosf(__fmul_rn(pos, inv_freq[i + k]), &s, &c);
+            r1[k] = x1[k] * c - x2[k] * s;
+            r2[k] = x2[k] * c + x1[k] * s;
+        }
         if (head < nh) {
-            v[i] = r1;
-            v[i + half] = r2;
+            *reinterpret_cast<float4 *>(v + i) = make_float4(r1[0], r1[1], r1[2], r1[3]);
+            *reinterpret_cast<float4 *>(v + i + half) = make_float4(r2[0], r2[1], r2[2], r2[3]);
         } else if (slot >= 0) {
             bf16_t *kc = k_cache + (slot * nkv + (head - nh)) * hd;
-            kc[i] = __bfloat16_as_ushort(__float2bfloat16_rn(r1));
-            kc[i + half] = __bfloat16_as_ushort(__float2bfloat16_rn(r2));
+            *reinterpret_cast<uint2 *>(kc + i) = make_uint2(pack_bf16x2(r1[0], r1[1]), pack_bf16x2(r1[2], r1[3]));
+            *reinterpret_cast<uint2 *>(kc + i + half) = make_uint2(pack_bf16x2(r2[0], r2[1]), pack_bf16x2(r2[2], r2[3]));
         }
     }
     if (slot < 0) return;
-    const float *vsrc = row + (int64_t)(nh + nkv) * hd;
-    bf16_t *vc = v_cache + slot * nkv * hd;
-    for (int j = threadIdx.x; j < nkv * hd; j += blockDim.x)
-        vc[j] = __bfloat16_as_ushort(__float2bfloat16_rn(vsrc[j]));
+    const float4 *vsrc = reinterpret_cast<const float4 *>(row + (int64_t)(nh + nkv) * hd);
+    uint4 *vc = reinterpret_cast<uint4 *>(v_cache + slot * nkv * hd);
+    for (int j = threadIdx.x; j < nkv * hd / 8; j += blockDim.x) {
+        float4 a = vsrc[2 * j], b = vsrc[2 * j + 1];
+        float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        vc[j] = f32_to_bf16x8(f);
+    }
 }
 
 extern "C" cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions,
@@ -162,6 +171,7 @@ extern "C" cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions,
                                        int32_t nkv, int32_t hd, const float *inv_freq,
                                        bf16_t *k_cache, bf16_t *v_cache, cudaStream_t stream)
 {
+    if (hd % 8) return cudaErrorInvalidValue;
     return k_launch(rope_kv_kernel, dim3(T), dim3(256), 0, stream, qkv, positions, slot_mapping, nh,
                     nkv, hd, inv_freq, k_cache, v_cache);
 }

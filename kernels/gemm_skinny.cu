@@ -1,27 +1,31 @@
 // gemm_skinny.cu: y = x w^T for M <= 8 rows (decode), where the cost is streaming the weights
-// once. A warp owns one weight row: each lane loads 16 bytes (8 bf16) at a time, UNROLL loads in
-// flight, multiplies them with the matching 8 values of each of the M activation rows (small,
-// so they stay in L1/L2) and the warp sums its lanes at the end. Weights bypass L1.
+// once, with the small operations around a decode GEMM fused in (the RMSNorm before it; the
+// residual add, SiLU * up, or RoPE + KV write after it): at batch 1 each separate kernel costs a
+// few microseconds of launch, ramp-up and drain, more than the work it does.
 //
-// Bytes: N*K*2 of weights (+ M*K*2 activations from cache, + M*N outputs); FLOPs: 2*M*N*K, far
-// below the tensor-core rate, so the kernel is memory bound and is judged by weight bytes / time.
+// Layout of the work. A persistent grid (two blocks of 8 warps per SM, or one when the staged
+// activation is large) whose warps take tasks of two weight rows, task t going to warp
+// t mod (warps in the grid), warps numbered across blocks first so that the last, partial round
+// is spread over every SM. A warp streams its rows with 16-byte loads (SK_U per lane per row per
+// batch), in two register batches: while one batch is multiplied the other is in flight, and each
+// register is reloaded as soon as it has been used, across task boundaries, so a warp never
+// drains its pipeline until its last task. The first two batches are issued before
+// griddepcontrol.wait (weights are never written, so reading them early is safe) and overlap the
+// previous kernel's tail.
 //
-// With programmatic dependent launch, each warp issues its first UNROLL weight loads before
-// griddepcontrol.wait, overlapping the tail of the kernel before (weights are never written, so
-// reading them early is safe). Optionally (k_set_l2_prefetch, off by default) it also asks the
-// bulk copy engine to pull its whole row into L2 first.
+// The activation (M, K) is staged once per block in shared memory as bf16 (computed there by
+// the prologue: RMSNorm of the fp32 residual rows, which every block recomputes: 16 KB of L2
+// reads per row, far less than its weight rows). The two rows of a task are chosen so that the
+// epilogue has what it needs in one warp: rows i and i + hd/2 of a q or k head (the RoPE pair),
+// rows i and I + i of gate/up (the SiLU pair), or rows 2t and 2t + 1.
+//
+// Bytes: N*K*2 of weights (+ M*K activations from L2, + M*N outputs); FLOPs: 2*M*N*K, far below
+// the tensor-core rate, so the kernel is memory bound and is judged by weight bytes / time.
 #include "kernels/common.cuh"
 
-// Two warps per block: rows spread evenly over the SMs (8-warp blocks left some SMs a third
-// more rows than others on a 4096-row matrix).
-#define SKINNY_WARPS 2
-
-// Off by default: measured on the H200 (docs/engine.md) the early bulk prefetch made a batch-1
-// decode step slower (5.42 ms against 4.67 ms), presumably because the loads that follow it
-// duplicate its traffic rather than hit in L2.
-int k_l2_prefetch_enabled = 0;
-extern "C" void k_set_l2_prefetch(int on) { k_l2_prefetch_enabled = on; }
-#define SKINNY_UNROLL 4
+#define SK_WARPS 8
+#define SK_THREADS (SK_WARPS * 32)
+#define SK_U 4 // 16-byte loads per lane, per weight row, per batch
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x)
 {
@@ -37,89 +41,333 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x)
     return acc;
 }
 
-template <int M, bool OUT_F32>
-__global__ void __launch_bounds__(SKINNY_WARPS * 32)
-gemm_skinny_kernel(const bf16_t *__restrict__ x, const bf16_t *__restrict__ w, void *__restrict__ y,
-                   int32_t N, int32_t K, int prefetch)
+__host__ __device__ __forceinline__ int sk_tasks(int epi, int N)
 {
-    int lane = threadIdx.x & 31;
-    int n = blockIdx.x * SKINNY_WARPS + (threadIdx.x >> 5);
-    bool active = n < N;
-    int chunks = K / 8; // 16-byte chunks per row
-    const uint4 *wr = reinterpret_cast<const uint4 *>(w + (int64_t)(active ? n : 0) * K);
-    const uint4 *xr = reinterpret_cast<const uint4 *>(x);
+    return epi == K_EPI_SILU ? N / 2 : (N + 1) / 2;
+}
 
-    // Prefetch before waiting for the previous kernel: the row into L2, the first batch into
-    // registers.
-    if (prefetch && active && lane == 0)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wr), "r"(K * 2) : "memory");
-    uint4 wv[SKINNY_UNROLL];
-#pragma unroll
-    for (int u = 0; u < SKINNY_UNROLL; u++) {
-        int c = lane + 32 * u;
-        wv[u] = (active && c < chunks) ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
-    }
-    griddep_wait();
-    griddep_launch_next();
-    if (!active) return;
-
-    float acc[M];
-#pragma unroll
-    for (int m = 0; m < M; m++) acc[m] = 0;
-    for (int base = 0; base < chunks; base += 32 * SKINNY_UNROLL) {
-        // Issue the next batch before using this one: 2 * UNROLL loads in flight per lane.
-        uint4 nv[SKINNY_UNROLL];
-        int next = base + 32 * SKINNY_UNROLL;
-#pragma unroll
-        for (int u = 0; u < SKINNY_UNROLL; u++) {
-            int c = next + lane + 32 * u;
-            nv[u] = c < chunks ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+// The two weight rows of task t (r1 may be N when N is odd: no row).
+template <int EPI>
+__device__ __forceinline__ void task_rows(const k_skinny_args &a, int t, int &r0, int &r1)
+{
+    if (EPI == K_EPI_SILU) {
+        r0 = t;
+        r1 = t + a.N / 2;
+    } else if (EPI == K_EPI_ROPE_KV) {
+        int half = a.hd / 2, qk = (a.nh + a.nkv) * half;
+        if (t < qk) {
+            r0 = (t / half) * a.hd + t % half;
+            r1 = r0 + half;
+        } else { // v columns start at (nh + nkv) * hd = 2 * qk
+            r0 = 2 * t;
+            r1 = r0 + 1;
         }
-#pragma unroll
-        for (int u = 0; u < SKINNY_UNROLL; u++) {
-            int c = base + lane + 32 * u;
-            if (c < chunks) {
-#pragma unroll
-                for (int m = 0; m < M; m++) acc[m] += dot8(wv[u], xr[(int64_t)m * chunks + c]);
-            }
-            wv[u] = nv[u];
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < M; m++) acc[m] = warp_sum(acc[m]);
-    if (lane < M) {
-        float v = acc[0];
-#pragma unroll
-        for (int m = 1; m < M; m++)
-            if (lane == m) v = acc[m];
-        if (OUT_F32) reinterpret_cast<float *>(y)[(int64_t)lane * N + n] = v;
-        else reinterpret_cast<__nv_bfloat16 *>(y)[(int64_t)lane * N + n] = __float2bfloat16_rn(v);
+    } else {
+        r0 = 2 * t;
+        r1 = r0 + 1;
     }
 }
 
-template <int M>
-static cudaError_t launch_m(const bf16_t *x, const bf16_t *w, void *y, int f32, int32_t N, int32_t K,
-                            cudaStream_t stream)
+__device__ __forceinline__ uint16_t bf16_bits(float v)
 {
-    dim3 grid((N + SKINNY_WARPS - 1) / SKINNY_WARPS), block(SKINNY_WARPS * 32);
-    int pf = k_l2_prefetch_enabled;
-    if (f32) return k_launch(gemm_skinny_kernel<M, true>, grid, block, 0, stream, x, w, y, N, K, pf);
-    return k_launch(gemm_skinny_kernel<M, false>, grid, block, 0, stream, x, w, y, N, K, pf);
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// Row m's results v0, v1 of task t (rows r0, r1).
+template <int EPI>
+__device__ __forceinline__ void epilogue(const k_skinny_args &a, int t, int m, float v0, float v1)
+{
+    int r0, r1;
+    task_rows<EPI>(a, t, r0, r1);
+    const int N = a.N;
+    if (EPI == K_EPI_F32 || EPI == K_EPI_RESIDUAL) {
+        float *y = reinterpret_cast<float *>(a.y) + (int64_t)m * N;
+        if (EPI == K_EPI_RESIDUAL) {
+            y[r0] += v0;
+            if (r1 < N) y[r1] += v1;
+        } else {
+            y[r0] = v0;
+            if (r1 < N) y[r1] = v1;
+        }
+    } else if (EPI == K_EPI_BF16) {
+        uint16_t *y = reinterpret_cast<uint16_t *>(a.y) + (int64_t)m * N;
+        y[r0] = bf16_bits(v0);
+        if (r1 < N) y[r1] = bf16_bits(v1);
+    } else if (EPI == K_EPI_SILU) {
+        // gate/up rounded to bf16 first, as the unfused path stores them
+        float g = __bfloat162float(__float2bfloat16_rn(v0)), u = __bfloat162float(__float2bfloat16_rn(v1));
+        reinterpret_cast<uint16_t *>(a.y)[(int64_t)m * (N / 2) + t] = bf16_bits(g / (1.0f + expf(-g)) * u);
+    } else { // K_EPI_ROPE_KV, as rope_kv_kernel
+        float *y = reinterpret_cast<float *>(a.y) + (int64_t)m * N;
+        const int hd = a.hd, half = hd / 2, qk = (a.nh + a.nkv) * half;
+        const int64_t slot = a.slot_mapping[m];
+        if (t < qk) {
+            const int head = t / half, i = t % half;
+            float s, c;
+            sincosf(__fmul_rn((float)a.positions[m], a.inv_freq[i]), &s, &c);
+            const float x1 = v0, x2 = v1;
+            const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+            if (head < a.nh) {
+                y[r0] = o1;
+                y[r1] = o2;
+            } else {
+                y[r0] = v0;
+                y[r1] = v1;
+                if (slot >= 0) {
+                    bf16_t *kc = a.k_cache + (slot * a.nkv + (head - a.nh)) * hd;
+                    kc[i] = bf16_bits(o1);
+                    kc[i + half] = bf16_bits(o2);
+                }
+            }
+        } else {
+            y[r0] = v0;
+            y[r1] = v1;
+            if (slot >= 0) {
+                bf16_t *vc = a.v_cache + slot * a.nkv * hd + (r0 - 2 * qk);
+                vc[0] = bf16_bits(v0);
+                vc[1] = bf16_bits(v1);
+            }
+        }
+    }
+}
+
+// staged: the activation is copied to (or, K_PRO_NORM, computed in) shared memory.
+template <int M, int PRO, int EPI>
+__global__ void __launch_bounds__(SK_THREADS, 2)
+skinny_kernel(k_skinny_args a, int staged)
+{
+    extern __shared__ __align__(16) uint4 s_x[]; // (M, K/8) when staged
+    __shared__ float s_red[SK_WARPS][M];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int N = a.N, C = a.K / 8; // 16-byte chunks per row
+    const int nwarps = gridDim.x * SK_WARPS, gw = warp * gridDim.x + blockIdx.x;
+    const int ntasks = sk_tasks(EPI, N);
+    const int spt = (C + 32 * SK_U - 1) / (32 * SK_U); // steps (batches) per task
+    const int mine = gw < ntasks ? (ntasks - 1 - gw) / nwarps + 1 : 0;
+    const int nsteps = mine * spt;
+    const uint4 *w = reinterpret_cast<const uint4 *>(a.w);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    // Batch of step s into v (zeros past the end).
+    auto load = [&](int s, uint4 (&v)[2][SK_U]) {
+        int t = gw + (s / spt) * nwarps, base = (s % spt) * 32 * SK_U, r0, r1;
+        task_rows<EPI>(a, t, r0, r1);
+        bool ok = s < nsteps, ok1 = ok && r1 < N;
+#pragma unroll
+        for (int u = 0; u < SK_U; u++) {
+            int c = base + lane + 32 * u;
+            v[0][u] = ok && c < C ? ld_stream(w + (int64_t)r0 * C + c) : zero;
+            v[1][u] = ok1 && c < C ? ld_stream(w + (int64_t)r1 * C + c) : zero;
+        }
+    };
+    uint4 A[2][SK_U], B[2][SK_U];
+    load(0, A);
+    load(1, B);
+    griddep_wait();
+    griddep_launch_next();
+
+    // Prologue: the activation rows.
+    const uint4 *xs = s_x;
+    if (PRO == K_PRO_NORM) {
+        const float *xf = reinterpret_cast<const float *>(a.x);
+        const uint4 *nw = reinterpret_cast<const uint4 *>(a.norm_w);
+        float ss[M], inv[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int64_t row = a.x_rows ? a.x_rows[m] : m;
+            const float4 *xr = reinterpret_cast<const float4 *>(xf + row * a.K);
+            ss[m] = 0;
+            for (int c = threadIdx.x; c < C; c += SK_THREADS) {
+                float4 p = xr[2 * c], q = xr[2 * c + 1];
+                ss[m] += p.x * p.x + p.y * p.y + p.z * p.z + p.w * p.w + q.x * q.x + q.y * q.y +
+                         q.z * q.z + q.w * q.w;
+            }
+            ss[m] = warp_sum(ss[m]);
+            if (lane == 0) s_red[warp][m] = ss[m];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float tot = 0;
+#pragma unroll
+            for (int k = 0; k < SK_WARPS; k++) tot += s_red[k][m];
+            inv[m] = rsqrtf(tot / (float)a.K + a.eps);
+        }
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int64_t row = a.x_rows ? a.x_rows[m] : m;
+            const float4 *xr = reinterpret_cast<const float4 *>(xf + row * a.K);
+            for (int c = threadIdx.x; c < C; c += SK_THREADS) {
+                float4 p = xr[2 * c], q = xr[2 * c + 1];
+                float y[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w}, wf[8], o[8];
+                bf16x8_to_f32(nw[c], wf);
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[j] = y[j] * inv[m] * wf[j];
+                s_x[m * C + c] = f32_to_bf16x8(o);
+            }
+        }
+    } else if (staged) {
+        const uint4 *xg = reinterpret_cast<const uint4 *>(a.x);
+        for (int i = threadIdx.x; i < M * C; i += SK_THREADS) s_x[i] = xg[i];
+    } else {
+        xs = reinterpret_cast<const uint4 *>(a.x);
+    }
+    __syncthreads();
+
+    float acc[2][M];
+#pragma unroll
+    for (int m = 0; m < M; m++) acc[0][m] = acc[1][m] = 0;
+
+    // Multiplies step s's batch (in v), refilling v with step s + 2 register by register; at a
+    // task's last step, reduces over the warp and runs the epilogue.
+    auto step = [&](int s, uint4 (&v)[2][SK_U]) {
+        const int base = (s % spt) * 32 * SK_U, s2 = s + 2;
+        int t2 = gw + (s2 / spt) * nwarps, base2 = (s2 % spt) * 32 * SK_U, q0, q1;
+        task_rows<EPI>(a, t2, q0, q1);
+        const bool ok = s2 < nsteps, ok1 = ok && q1 < N;
+#pragma unroll
+        for (int u = 0; u < SK_U; u++) {
+            const int c = base + lane + 32 * u;
+            if (c < C) {
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    uint4 xv = xs[m * C + c];
+                    acc[0][m] += dot8(v[0][u], xv);
+                    acc[1][m] += dot8(v[1][u], xv);
+                }
+            }
+            const int c2 = base2 + lane + 32 * u;
+            v[0][u] = ok && c2 < C ? ld_stream(w + (int64_t)q0 * C + c2) : zero;
+            v[1][u] = ok1 && c2 < C ? ld_stream(w + (int64_t)q1 * C + c2) : zero;
+        }
+        if (s % spt == spt - 1) {
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                acc[0][m] = warp_sum(acc[0][m]);
+                acc[1][m] = warp_sum(acc[1][m]);
+            }
+            if (lane < M) {
+                float v0 = acc[0][0], v1 = acc[1][0];
+#pragma unroll
+                for (int m = 1; m < M; m++)
+                    if (lane == m) v0 = acc[0][m], v1 = acc[1][m];
+                epilogue<EPI>(a, gw + (s / spt) * nwarps, lane, v0, v1);
+            }
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[0][m] = acc[1][m] = 0;
+        }
+    };
+    for (int s = 0; s < nsteps; s += 2) {
+        step(s, A);
+        if (s + 1 < nsteps) step(s + 1, B);
+    }
+}
+
+static int num_sms(void)
+{
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            n = 132;
+    }
+    return n;
+}
+
+template <int M, int PRO, int EPI> static cudaError_t skinny_attr(void)
+{
+    static bool done = false;
+    if (done) return cudaSuccess;
+    cudaError_t err = cudaFuncSetAttribute(skinny_kernel<M, PRO, EPI>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, K_SKINNY_SMEM);
+    done = err == cudaSuccess;
+    return err;
+}
+
+template <int M, int PRO, int EPI>
+static cudaError_t launch_sk(const k_skinny_args *a, cudaStream_t stream)
+{
+    cudaError_t err = skinny_attr<M, PRO, EPI>();
+    if (err != cudaSuccess) return err;
+    size_t xbytes = (size_t)M * a->K * 2;
+    int staged = xbytes <= K_SKINNY_SMEM;
+    if (PRO == K_PRO_NORM && !staged) return cudaErrorInvalidValue;
+    size_t smem = staged ? xbytes : 0;
+    // Two blocks per SM (16 warps) keep enough loads in flight; one (to let the next kernel's
+    // blocks start early under PDL) measured slower on every shape and in the decode step.
+    int per_sm = smem <= 100 * 1024 ? 2 : 1;
+    int blocks = num_sms() * per_sm, needed = (sk_tasks(EPI, a->N) + SK_WARPS - 1) / SK_WARPS;
+    if (blocks > needed) blocks = needed;
+    return k_launch(skinny_kernel<M, PRO, EPI>, dim3(blocks), dim3(SK_THREADS), smem, stream, *a, staged);
+}
+
+// The (prologue, epilogue) pairs the engine uses.
+#define SK_COMBOS(X)                                                                              \
+    X(K_PRO_NONE, K_EPI_F32)                                                                      \
+    X(K_PRO_NONE, K_EPI_BF16)                                                                     \
+    X(K_PRO_NONE, K_EPI_RESIDUAL)                                                                 \
+    X(K_PRO_NORM, K_EPI_F32)                                                                      \
+    X(K_PRO_NORM, K_EPI_SILU)                                                                     \
+    X(K_PRO_NORM, K_EPI_ROPE_KV)
+
+template <int PRO, int EPI> static cudaError_t launch_pe(const k_skinny_args *a, cudaStream_t stream)
+{
+    switch (a->M) {
+    case 1: return launch_sk<1, PRO, EPI>(a, stream);
+    case 2: return launch_sk<2, PRO, EPI>(a, stream);
+    case 3: return launch_sk<3, PRO, EPI>(a, stream);
+    case 4: return launch_sk<4, PRO, EPI>(a, stream);
+    case 5: return launch_sk<5, PRO, EPI>(a, stream);
+    case 6: return launch_sk<6, PRO, EPI>(a, stream);
+    case 7: return launch_sk<7, PRO, EPI>(a, stream);
+    case 8: return launch_sk<8, PRO, EPI>(a, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t k_gemm_skinny_fused(const k_skinny_args *a, cudaStream_t stream)
+{
+    if (a->K % 8 || a->N < 1 || a->M < 1 || a->M > 8) return cudaErrorInvalidValue;
+    if (a->epi == K_EPI_SILU && a->N % 2) return cudaErrorInvalidValue;
+    if (a->epi == K_EPI_ROPE_KV && (a->hd % 2 || a->N != (a->nh + 2 * a->nkv) * a->hd))
+        return cudaErrorInvalidValue;
+#define SK_DISPATCH(P, E)                                                                         \
+    if (a->pro == P && a->epi == E) return launch_pe<P, E>(a, stream);
+    SK_COMBOS(SK_DISPATCH)
+#undef SK_DISPATCH
+    return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32,
                                      int32_t M, int32_t N, int32_t K, cudaStream_t stream)
 {
-    if (K % 8 || N < 1) return cudaErrorInvalidValue;
-    switch (M) {
-    case 1: return launch_m<1>(x, w, y, y_is_f32, N, K, stream);
-    case 2: return launch_m<2>(x, w, y, y_is_f32, N, K, stream);
-    case 3: return launch_m<3>(x, w, y, y_is_f32, N, K, stream);
-    case 4: return launch_m<4>(x, w, y, y_is_f32, N, K, stream);
-    case 5: return launch_m<5>(x, w, y, y_is_f32, N, K, stream);
-    case 6: return launch_m<6>(x, w, y, y_is_f32, N, K, stream);
-    case 7: return launch_m<7>(x, w, y, y_is_f32, N, K, stream);
-    case 8: return launch_m<8>(x, w, y, y_is_f32, N, K, stream);
-    default: return cudaErrorInvalidValue;
-    }
+    k_skinny_args a = {};
+    a.x = x, a.w = w, a.y = y, a.M = M, a.N = N, a.K = K;
+    a.pro = K_PRO_NONE, a.epi = y_is_f32 ? K_EPI_F32 : K_EPI_BF16;
+    return k_gemm_skinny_fused(&a, stream);
+}
+
+template <int PRO, int EPI> static cudaError_t attr_all_m(void)
+{
+    cudaError_t e[8] = {skinny_attr<1, PRO, EPI>(), skinny_attr<2, PRO, EPI>(),
+                        skinny_attr<3, PRO, EPI>(), skinny_attr<4, PRO, EPI>(),
+                        skinny_attr<5, PRO, EPI>(), skinny_attr<6, PRO, EPI>(),
+                        skinny_attr<7, PRO, EPI>(), skinny_attr<8, PRO, EPI>()};
+    for (int i = 0; i < 8; i++)
+        if (e[i] != cudaSuccess) return e[i];
+    return cudaSuccess;
+}
+
+cudaError_t k_prefill_init(void); // attention.cu
+
+extern "C" cudaError_t k_init(void)
+{
+    cudaError_t err;
+#define SK_ATTR(P, E)                                                                             \
+    if ((err = attr_all_m<P, E>()) != cudaSuccess) return err;
+    SK_COMBOS(SK_ATTR)
+#undef SK_ATTR
+    num_sms();
+    return k_prefill_init();
 }

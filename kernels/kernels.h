@@ -30,9 +30,6 @@ typedef uint16_t bf16_t;
 
 /* Turns programmatic dependent launch on or off for later launches (default on). */
 void k_set_pdl(int on);
-/* Turns the skinny GEMM's early L2 bulk prefetch of its weight rows on or off (default off: it
- * measured slower, see docs/engine.md). */
-void k_set_l2_prefetch(int on);
 
 /* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (engine/numerics.h), i < n. */
 cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint32_t tensor_id, float mean,
@@ -44,13 +41,13 @@ cudaError_t k_embed(const bf16_t *embed, const int32_t *tokens, int32_t T, int32
 
 /* Fused residual add + RMSNorm, as cpu_add_rmsnorm: for n rows r (rows[i], or i if rows is
  * NULL): y = x[r] + delta[r] (delta may be NULL); out[i] = bf16(y * rsqrt(mean(y^2) + eps) * w);
- * without rows x[r] = y is stored. h % 8 == 0, h <= 16384. */
+ * without rows x[r] = y is stored (a no-op without delta, skipped). h % 8 == 0, h <= 16384. */
 cudaError_t k_add_rmsnorm(float *x, const float *delta, const bf16_t *w, const int32_t *rows,
                           int32_t n, int32_t h, float eps, bf16_t *out, cudaStream_t stream);
 
 /* RoPE (rotate_half pairing, angle = pos * inv_freq[i]) on the q and k heads of each row of
  * qkv (float, rotated in place), then k and v written as bf16 into the caches at
- * slot_mapping[t] (skipped when negative). */
+ * slot_mapping[t] (skipped when negative). hd % 8 == 0. */
 cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions, const int32_t *slot_mapping,
                             int32_t T, int32_t nh, int32_t nkv, int32_t hd, const float *inv_freq,
                             bf16_t *k_cache, bf16_t *v_cache, cudaStream_t stream);
@@ -59,10 +56,55 @@ cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions, const int32_t 
 cudaError_t k_silu_mul(const bf16_t *gu, int32_t T, int32_t I, bf16_t *out, cudaStream_t stream);
 
 /* y = x w^T for few rows (M <= 8): x (M, K) bf16, w (N, K) bf16, y (M, N) float or bf16.
- * One warp per weight row streams it with 16-byte loads; the weight traffic is the whole cost,
- * and its first loads are issued before waiting for the previous kernel. K % 8 == 0. */
+ * Weight streaming (k_gemm_skinny_fused with K_PRO_NONE and K_EPI_F32 / K_EPI_BF16). K % 8 == 0. */
 cudaError_t k_gemm_skinny(const bf16_t *x, const bf16_t *w, void *y, int y_is_f32, int32_t M,
                           int32_t N, int32_t K, cudaStream_t stream);
+
+/* What the skinny GEMM does to its activation before the product (prologue)... */
+enum k_skinny_pro {
+    K_PRO_NONE, /* x: bf16 (M, K) */
+    K_PRO_NORM, /* x: float residual stream; row m is RMSNorm(x[rows ? rows[m] : m]) * norm_w,
+                   rounded to bf16, as k_add_rmsnorm without delta. Needs M*K*2 <= K_SKINNY_SMEM */
+};
+/* ... and to its result (epilogue). */
+enum k_skinny_epi {
+    K_EPI_F32,      /* y (M, N) float */
+    K_EPI_BF16,     /* y (M, N) bf16 */
+    K_EPI_RESIDUAL, /* y (M, N) float, y += result (the residual add) */
+    K_EPI_SILU,     /* N = 2I rows [gate | up]: y (M, I) bf16 = silu(bf16(gate)) * bf16(up), as
+                       k_silu_mul on a bf16 gate/up */
+    K_EPI_ROPE_KV,  /* N = (nh + 2 nkv) hd, y = qkv (M, N) float: as k_rope_kv_write after the
+                       GEMM: q columns rotated, k and v columns unrotated, rotated k and v
+                       written to the caches at slot_mapping[m] (skipped when negative) */
+};
+
+/* Largest activation (M * K * 2 bytes) staged in shared memory; K_PRO_NORM needs it staged. */
+#define K_SKINNY_SMEM (200 * 1024)
+
+typedef struct k_skinny_args {
+    const void *x;          /* bf16 (M, K) or, for K_PRO_NORM, float (.., K) */
+    const int32_t *x_rows;  /* K_PRO_NORM: row of x for each m (NULL: m) */
+    const bf16_t *norm_w;   /* K_PRO_NORM: (K) */
+    float eps;
+    const bf16_t *w;        /* (N, K) */
+    void *y;                /* see k_skinny_epi */
+    int32_t M, N, K;
+    int pro, epi;           /* k_skinny_pro, k_skinny_epi */
+    /* K_EPI_ROPE_KV */
+    const int32_t *positions, *slot_mapping; /* (M) */
+    const float *inv_freq;                   /* (hd/2) */
+    bf16_t *k_cache, *v_cache;
+    int32_t nh, nkv, hd;
+} k_skinny_args;
+
+/* The weight-streaming GEMM for M <= 8 rows with a fused prologue and epilogue: a persistent
+ * grid (two blocks per SM) whose warps each stream pairs of weight rows with 16-byte loads, two
+ * batches in flight, the first ones issued before waiting for the previous kernel. K % 8 == 0. */
+cudaError_t k_gemm_skinny_fused(const k_skinny_args *a, cudaStream_t stream);
+
+/* Sets the kernels' shared-memory limits; call once before capturing CUDA graphs (launchers
+ * otherwise do it on first use). */
+cudaError_t k_init(void);
 
 /* What both attention kernels read. */
 typedef struct k_attn_args {
@@ -93,7 +135,7 @@ cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
                                int32_t *counters, cudaStream_t stream);
 
 /* Query rows per block of the prefill kernel. */
-#define K_PREFILL_TILE 64
+#define K_PREFILL_TILE 128
 
 /* Causal attention for query tiles of K_PREFILL_TILE rows: items (num_items, 2) = (sequence, first row
  * offset within it). Row i of sequence b is position seq_len - n_b + i and attends keys
@@ -102,6 +144,9 @@ cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
  * online softmax. hd in {32, 64, 128}. */
 cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                 cudaStream_t stream);
+
+/* Keys per online-softmax update of the prefill kernel, 32 (default) or 64. */
+void k_set_prefill_sub(int keys);
 
 /* One token per row of logits (n, V), as engine/sampler.c: greedy when temperature <= 0, else
  * temperature + top-p with the given uniform draws. */

@@ -296,7 +296,9 @@ END_TEST
 START_TEST(skinny_gemm_matches_cpu)
 {
     gsl_rng *r = rng_for("skinny");
-    int32_t shapes[][2] = {{4096, 4096}, {1000, 344}, {37, 11008}, {12288, 1024}};
+    /* {64, 16384}: at M = 8 the activation (256 KB) is too large to stage in shared memory and
+     * is read from global memory instead */
+    int32_t shapes[][2] = {{4096, 4096}, {1000, 344}, {37, 11008}, {12288, 1024}, {64, 16384}};
     for (size_t k = 0; k < ARRAY_LEN(shapes); k++) {
         int32_t N = shapes[k][0], K = shapes[k][1];
         uint16_t *wb, *xb;
@@ -326,6 +328,165 @@ START_TEST(skinny_gemm_matches_cpu)
         }
         cudaFree(dw), cudaFree(dx), free(w), free(wb), free(x), free(xb), free(c), free(g);
     }
+    gsl_rng_free(r);
+}
+END_TEST
+
+/* The skinny GEMM's fused prologues and epilogues against the CPU composition of the unfused
+ * operations: norm (rounded to bf16, as the GPU stages it) -> matmul -> RoPE + KV write, or ->
+ * bf16 gate/up -> SiLU * up, or y += x w^T, or a norm over gathered rows -> matmul. */
+static float *skinny_fused_run(const k_skinny_args *ka, size_t y_bytes, const float *y_init)
+{
+    void *dy = y_init ? dupload(y_init, y_bytes) : dpoison(y_bytes);
+    k_skinny_args a = *ka;
+    a.y = dy;
+    CK_CUDA(k_gemm_skinny_fused(&a, 0));
+    float *g = xmalloc(y_bytes);
+    download(g, dy, y_bytes);
+    cudaFree(dy);
+    return g;
+}
+
+START_TEST(skinny_gemm_fused_matches_cpu)
+{
+    gsl_rng *r = rng_for("skinny_fused");
+    const int32_t Ms[] = {1, 3, 8};
+    const float eps = 1e-5f;
+    /* norm + QKV GEMM + RoPE + KV write: MHA hd 32 and GQA hd 128 (llama3 RoPE) */
+    int32_t cfg[][5] = {{4, 4, 32, 512, 0}, {8, 2, 128, 1024, 1}};
+    for (size_t k = 0; k < ARRAY_LEN(cfg); k++) {
+        model_config mc;
+        model_like(&mc, cfg[k][0], cfg[k][1], cfg[k][2], cfg[k][4]);
+        int32_t nh = mc.num_heads, nkv = mc.num_kv_heads, hd = mc.head_dim, K = cfg[k][3];
+        int32_t N = (nh + 2 * nkv) * hd, slots_n = 64, perm[64], pos[8], slot[8];
+        uint16_t *wb, *gb;
+        float *w = randn_bf16(r, (int64_t)N * K, 1.0 / sqrt(K), &wb), *x = randn(r, 8 * (int64_t)K, 1.0);
+        float *gam = randn_bf16(r, K, 0.1, &gb), inv[64];
+        for (int32_t i = 0; i < K; i++) gb[i] = f32_to_bf16(gam[i] + 1.0f), gam[i] = bf16_to_f32(gb[i]);
+        shuffle_ids(r, perm, slots_n);
+        for (int i = 0; i < 8; i++) pos[i] = (int32_t)gsl_rng_uniform_int(r, 5000), slot[i] = perm[i];
+        slot[1] = -1; /* a row that writes no KV */
+        cpu_rope_inv_freq(&mc, inv);
+        void *dw = dupload(wb, 2 * (size_t)N * K), *dx = dupload(x, 4 * 8 * (size_t)K), *dg = dupload(gb, 2 * (size_t)K);
+        void *dpos = dupload(pos, sizeof pos), *dslot = dupload(slot, sizeof slot), *dinv = dupload(inv, sizeof inv);
+        size_t cache = (size_t)slots_n * nkv * hd;
+        for (size_t mi = 0; mi < ARRAY_LEN(Ms); mi++) {
+            int32_t M = Ms[mi];
+            uint16_t *dk = dpoison(2 * cache), *dv = dpoison(2 * cache);
+            k_skinny_args a = {.x = dx, .norm_w = dg, .eps = eps, .w = dw, .M = M, .N = N, .K = K,
+                               .pro = K_PRO_NORM, .epi = K_EPI_ROPE_KV, .positions = dpos,
+                               .slot_mapping = dslot, .inv_freq = dinv, .k_cache = dk, .v_cache = dv,
+                               .nh = nh, .nkv = nkv, .hd = hd};
+            float *g = skinny_fused_run(&a, 4 * (size_t)M * N, NULL);
+            /* CPU: norm -> bf16 -> matmul (kept for the unrotated k/v columns) -> RoPE -> KV */
+            float *xc = xmalloc(4 * (size_t)M * K), *xn = xmalloc(4 * (size_t)M * K);
+            float *c = xmalloc(4 * (size_t)M * N), *c0 = xmalloc(4 * (size_t)M * N);
+            memcpy(xc, x, 4 * (size_t)M * K);
+            cpu_add_rmsnorm(xc, NULL, gam, NULL, M, K, eps, xn);
+            cpu_round_bf16(xn, (int64_t)M * K);
+            cpu_matmul(xn, w, M, N, K, c);
+            memcpy(c0, c, 4 * (size_t)M * N);
+            cpu_rope(c, pos, M, nh, nkv, hd, inv);
+            float *ck = xcalloc(cache, 4), *cv = xcalloc(cache, 4);
+            cpu_kv_write(c, slot, M, nh, nkv, hd, ck, cv, 1);
+            /* qkv as the unfused kernels leave it: q rotated, k and v not */
+            for (int32_t m = 0; m < M; m++)
+                memcpy(c + (int64_t)m * N + nh * hd, c0 + (int64_t)m * N + nh * hd, 4 * (size_t)(2 * nkv * hd));
+            char what[128];
+            snprintf(what, sizeof what, "skinny fused norm+qkv+rope M=%d nh=%d nkv=%d hd=%d K=%d: qkv", M, nh, nkv, hd, K);
+            expect_close(what, g, c, (int64_t)M * N, TOL_NORM, TOL_ELEM);
+            /* the caches at the written slots */
+            uint16_t *gk = xmalloc(2 * cache), *gv = xmalloc(2 * cache);
+            download(gk, dk, 2 * cache), download(gv, dv, 2 * cache);
+            int64_t kvn = (int64_t)M * nkv * hd, o = 0;
+            float *gks = xmalloc(4 * (size_t)kvn), *cks = xmalloc(4 * (size_t)kvn);
+            float *gvs = xmalloc(4 * (size_t)kvn), *cvs = xmalloc(4 * (size_t)kvn);
+            for (int32_t m = 0; m < M; m++) {
+                if (slot[m] < 0) continue;
+                for (int32_t j = 0; j < nkv * hd; j++, o++) {
+                    int64_t sidx = (int64_t)slot[m] * nkv * hd + j;
+                    gks[o] = bf16_to_f32(gk[sidx]), cks[o] = ck[sidx];
+                    gvs[o] = bf16_to_f32(gv[sidx]), cvs[o] = cv[sidx];
+                }
+            }
+            snprintf(what, sizeof what, "skinny fused rope M=%d: k cache", M);
+            expect_close(what, gks, cks, o, TOL_NORM, TOL_ELEM);
+            snprintf(what, sizeof what, "skinny fused M=%d: v cache", M);
+            expect_close(what, gvs, cvs, o, TOL_NORM, TOL_ELEM);
+            if (M > 1) { /* the skipped row's slot is untouched (still NaN) */
+                int64_t skipped = 0;
+                for (int32_t j = 0; j < nkv * hd; j++) skipped += gk[(int64_t)perm[1] * nkv * hd + j] == 0xffff;
+                ck_assert_msg(skipped == nkv * hd, "slot -1: the k cache at the unused slot was written");
+            }
+            cudaFree(dk), cudaFree(dv);
+            free(g), free(xc), free(xn), free(c), free(c0), free(ck), free(cv), free(gk), free(gv);
+            free(gks), free(cks), free(gvs), free(cvs);
+        }
+        cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dpos), cudaFree(dslot), cudaFree(dinv);
+        free(w), free(wb), free(x), free(gam), free(gb);
+    }
+
+    /* norm + gate/up GEMM + SiLU * up; y += x w^T (odd N); norm over gathered rows + GEMM */
+    int32_t K = 1024, I = 344;
+    uint16_t *wb, *gb, *xb, *w2b;
+    float *w = randn_bf16(r, (int64_t)2 * I * K, 1.0 / sqrt(K), &wb), *x = randn(r, 9 * (int64_t)K, 1.0);
+    float *gam = randn_bf16(r, K, 0.1, &gb);
+    for (int32_t i = 0; i < K; i++) gb[i] = f32_to_bf16(gam[i] + 1.0f), gam[i] = bf16_to_f32(gb[i]);
+    int32_t N2 = 1001, K2 = 2752;
+    float *w2 = randn_bf16(r, (int64_t)N2 * K2, 1.0 / sqrt(K2), &w2b), *x2 = randn_bf16(r, 8 * (int64_t)K2, 1.0, &xb);
+    float *y0 = randn(r, 8 * (int64_t)N2, 1.0);
+    int32_t rows[8] = {8, 0, 3, 3, 7, 1, 2, 5};
+    void *dw = dupload(wb, 2 * (size_t)2 * I * K), *dx = dupload(x, 4 * 9 * (size_t)K), *dg = dupload(gb, 2 * (size_t)K);
+    void *dw2 = dupload(w2b, 2 * (size_t)N2 * K2), *dx2 = dupload(xb, 2 * 8 * (size_t)K2), *drows = dupload(rows, sizeof rows);
+    for (size_t mi = 0; mi < ARRAY_LEN(Ms); mi++) {
+        int32_t M = Ms[mi];
+        char what[128];
+        float *xc = xmalloc(4 * 9 * (size_t)K), *xn = xmalloc(4 * 8 * (size_t)K);
+        /* SiLU: the GPU writes bf16, read back as raw bits */
+        k_skinny_args a = {.x = dx, .norm_w = dg, .eps = eps, .w = dw, .M = M, .N = 2 * I, .K = K,
+                           .pro = K_PRO_NORM, .epi = K_EPI_SILU};
+        uint16_t *dact = dpoison(2 * (size_t)M * I), *gact = xmalloc(2 * (size_t)M * I);
+        a.y = dact;
+        CK_CUDA(k_gemm_skinny_fused(&a, 0));
+        download(gact, dact, 2 * (size_t)M * I);
+        float *g = bf16_to_floats(gact, (int64_t)M * I);
+        float *gu = xmalloc(4 * (size_t)M * 2 * I), *c = xmalloc(4 * (size_t)M * I);
+        memcpy(xc, x, 4 * (size_t)M * K);
+        cpu_add_rmsnorm(xc, NULL, gam, NULL, M, K, eps, xn);
+        cpu_round_bf16(xn, (int64_t)M * K);
+        cpu_matmul(xn, w, M, 2 * I, K, gu);
+        cpu_round_bf16(gu, (int64_t)M * 2 * I);
+        cpu_silu_mul(gu, M, I, c);
+        snprintf(what, sizeof what, "skinny fused norm+gate_up+silu M=%d I=%d K=%d", M, I, K);
+        expect_close(what, g, c, (int64_t)M * I, TOL_NORM, TOL_ELEM);
+        cudaFree(dact), free(gact), free(g), free(gu), free(c);
+
+        /* residual: y = y0 + x2 w2^T */
+        k_skinny_args ra = {.x = dx2, .w = dw2, .M = M, .N = N2, .K = K2, .pro = K_PRO_NONE,
+                            .epi = K_EPI_RESIDUAL};
+        g = skinny_fused_run(&ra, 4 * (size_t)M * N2, y0);
+        c = xmalloc(4 * (size_t)M * N2);
+        cpu_matmul(x2, w2, M, N2, K2, c);
+        for (int64_t i = 0; i < (int64_t)M * N2; i++) c[i] += y0[i];
+        snprintf(what, sizeof what, "skinny fused residual y += x w^T M=%d N=%d K=%d", M, N2, K2);
+        expect_close(what, g, c, (int64_t)M * N2, 3e-5, 1e-4);
+        free(g), free(c);
+
+        /* final norm over gathered (repeated) rows + LM-head-like GEMM, f32 out */
+        k_skinny_args fa = {.x = dx, .x_rows = drows, .norm_w = dg, .eps = eps, .w = dw, .M = M,
+                            .N = 2 * I, .K = K, .pro = K_PRO_NORM, .epi = K_EPI_F32};
+        g = skinny_fused_run(&fa, 4 * (size_t)M * 2 * I, NULL);
+        c = xmalloc(4 * (size_t)M * 2 * I);
+        memcpy(xc, x, 4 * 9 * (size_t)K);
+        cpu_add_rmsnorm(xc, NULL, gam, rows, M, K, eps, xn);
+        cpu_round_bf16(xn, (int64_t)M * K);
+        cpu_matmul(xn, w, M, 2 * I, K, c);
+        snprintf(what, sizeof what, "skinny fused norm(rows 8,0,3,3,..)+gemm M=%d N=%d K=%d", M, 2 * I, K);
+        expect_close(what, g, c, (int64_t)M * 2 * I, TOL_NORM, TOL_ELEM);
+        free(g), free(c), free(xc), free(xn);
+    }
+    cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dw2), cudaFree(dx2), cudaFree(drows);
+    free(w), free(wb), free(x), free(gam), free(gb), free(w2), free(w2b), free(x2), free(xb), free(y0);
     gsl_rng_free(r);
 }
 END_TEST
@@ -388,17 +549,25 @@ static void check_attention(gsl_rng *r, attn_case ac, const int32_t (*seqs)[2], 
                      .block_tables = dbt, .bt_stride = S, .nh = nh, .nkv = nkv, .hd = hd,
                      .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
     float *g = NULL;
-    for (int rep = 0; rep < 2; rep++) { /* twice: the split-K counters must have reset */
+    for (int rep = 0; rep < 3; rep++) { /* again: the split-K counters must have reset; the third
+                                          time, into fresh NaNs, with 64-key softmax updates in
+                                          the prefill kernel */
+        if (rep == 2) {
+            k_set_prefill_sub(64);
+            CK_CUDA(cudaMemset(dout, 0xff, 2 * (size_t)T * nh * hd));
+        }
         CK_CUDA(k_decode_attention(&a, ddec, nd, partition, max_parts, dpart, dctr, 0));
         CK_CUDA(k_prefill_attention(&a, ditems, np, 0));
+        k_set_prefill_sub(32);
         download(gb, dout, 2 * (size_t)T * nh * hd);
         float *gr = bf16_to_floats(gb, (int64_t)T * nh * hd);
-        if (rep == 0) {
+        if (rep != 1) {
             char what[128];
-            snprintf(what, sizeof what, "attention %s nh=%d nkv=%d hd=%d P=%d (%d dec, %d tiles)",
-                     label, nh, nkv, hd, partition, nd, np);
+            snprintf(what, sizeof what, "attention %s nh=%d nkv=%d hd=%d P=%d (%d dec, %d tiles)%s",
+                     label, nh, nkv, hd, partition, nd, np, rep ? " sub 64" : "");
             expect_close_floor(what, gr, c, (int64_t)T * nh * hd, TOL_NORM, TOL_ELEM, 1.0);
-            g = gr;
+            if (rep == 0) g = gr;
+            else free(gr);
         } else {
             ck_assert_msg(memcmp(gr, g, 4 * (size_t)T * nh * hd) == 0,
                           "attention %s: a second launch gave other results (counters not reset?)", label);
@@ -478,7 +647,7 @@ END_TEST
 /* ---- whole model -------------------------------------------------------------------------------- */
 
 static int open_engine(engine *eng, const char *model, const char *backend, bool graphs, bool pdl,
-                       int32_t skinny)
+                       int32_t skinny, bool fuse)
 {
     engine_opts o;
     engine_opts_default(&o);
@@ -494,6 +663,7 @@ static int open_engine(engine *eng, const char *model, const char *backend, bool
     o.cuda_graphs = graphs;
     o.cuda_pdl = pdl;
     o.skinny_max_tokens = skinny;
+    o.cuda_fuse = fuse;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     ck_assert_msg(rc == 0, "engine_open(%s, %s): %s", model, backend, e.msg);
@@ -551,9 +721,9 @@ static void check_model(const char *model)
     gsl_rng *r = rng_for(model);
     int32_t perm[64];
     shuffle_ids(r, perm, 64);
-    engine cpu, gpu, gpu_plain, gpu_cublas;
-    open_engine(&cpu, model, "cpu", false, false, 8);
-    open_engine(&gpu, model, "cuda", true, true, 8);
+    engine cpu, gpu, gpu_plain, gpu_cublas, gpu_unfused;
+    open_engine(&cpu, model, "cpu", false, false, 8, true);
+    open_engine(&gpu, model, "cuda", true, true, 8, true);
     int32_t V = cpu.mc.vocab_size;
     float *lc = xmalloc(4 * (size_t)128 * V), *lg = xmalloc(4 * (size_t)128 * V);
     float *lp = xmalloc(4 * (size_t)128 * V);
@@ -570,18 +740,24 @@ static void check_model(const char *model)
     ck_assert_msg(agree >= rows * 9 / 10, "%s: argmax agrees on only %d of %d rows", model, agree, rows);
 
     /* Graphs and PDL change scheduling, not arithmetic: bitwise-equal logits. */
-    open_engine(&gpu_plain, model, "cuda", false, false, 8);
+    open_engine(&gpu_plain, model, "cuda", false, false, 8, true);
     run_script(&gpu_plain, perm, lp);
     ck_assert_msg(memcmp(lp, lg, 4 * (size_t)rows * V) == 0,
                   "%s: logits with CUDA graphs + PDL differ from plain launches", model);
     printf("  %s: graphs + PDL == plain launches, bitwise\n", model);
     engine_close(&gpu_plain);
     /* cuBLAS for every GEMM instead of the skinny kernel: same function, other summation order. */
-    open_engine(&gpu_cublas, model, "cuda", true, true, 0);
+    open_engine(&gpu_cublas, model, "cuda", true, true, 0, true);
     run_script(&gpu_cublas, perm, lp);
     snprintf(what, sizeof what, "model %s: logits, cuBLAS-only vs skinny GEMM", model);
     expect_close(what, lp, lg, (int64_t)rows * V, 1e-2, 5e-2);
     engine_close(&gpu_cublas);
+    /* The fused decode path (steps 2-4 of the script) against the separate kernels. */
+    open_engine(&gpu_unfused, model, "cuda", true, true, 8, false);
+    run_script(&gpu_unfused, perm, lp);
+    snprintf(what, sizeof what, "model %s: logits, unfused vs fused decode", model);
+    expect_close(what, lp, lg, (int64_t)rows * V, 1e-2, 5e-2);
+    engine_close(&gpu_unfused);
     engine_close(&cpu), engine_close(&gpu);
     free(lc), free(lg), free(lp);
     gsl_rng_free(r);
@@ -668,6 +844,7 @@ int main(void)
     tcase_add_test(tc, rope_kv_write_matches_cpu);
     tcase_add_test(tc, silu_mul_matches_cpu);
     tcase_add_test(tc, skinny_gemm_matches_cpu);
+    tcase_add_test(tc, skinny_gemm_fused_matches_cpu);
     tcase_add_test(tc, decode_attention_matches_cpu);
     tcase_add_test(tc, prefill_attention_matches_cpu_in_mixed_batches);
     tcase_add_test(tc, sampling_matches_cpu);

@@ -121,6 +121,17 @@ static void do_skinny(void *c, int i)
     CK(k_gemm_skinny(g->x[i % g->nw], g->w[i % g->nw], g->y, g->f32, g->M, g->N, g->K, stream));
 }
 
+static int32_t *dupload(const void *h, size_t bytes);
+
+/* The fused decode GEMMs (k_gemm_skinny_fused) at M = 1, as the engine runs them. */
+typedef struct fused_ctx { gemm_ctx *g; k_skinny_args a; } fused_ctx;
+static void do_fused(void *c, int i)
+{
+    fused_ctx *f = c;
+    f->a.w = f->g->w[i % f->g->nw];
+    CK(k_gemm_skinny_fused(&f->a, stream));
+}
+
 static void ceilings(void)
 {
     copy_ctx c = {.bytes = (size_t)2 << 30};
@@ -176,6 +187,35 @@ static void gemms(void)
                 row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
             }
         }
+        {
+            /* fused: qkv = norm + GEMM + RoPE + KV write, o/down += residual, gate_up = norm +
+             * GEMM + SiLU*up, lm_head = final norm + GEMM */
+            static const int pro[] = {K_PRO_NORM, K_PRO_NONE, K_PRO_NORM, K_PRO_NONE, K_PRO_NORM};
+            static const int epi[] = {K_EPI_ROPE_KV, K_EPI_RESIDUAL, K_EPI_SILU, K_EPI_RESIDUAL, K_EPI_F32};
+            static const char *what[] = {"norm+qkv+rope+kv", "o + residual", "norm+gate_up+silu",
+                                         "down + residual", "norm+lm_head"};
+            float *xf, inv[64], ones[16384];
+            int32_t zero = 0;
+            for (int i = 0; i < g.K; i++) ones[i] = 1.0f + 0.001f * (float)(i % 7);
+            for (int i = 0; i < 64; i++) inv[i] = powf(10000.0f, -2.0f * i / 128);
+            CK(cudaMalloc((void **)&xf, (size_t)g.K * 4));
+            CK(cudaMemcpy(xf, ones, (size_t)g.K * 4, cudaMemcpyHostToDevice));
+            int32_t *dzero = dupload(&zero, sizeof zero);
+            float *dinv = (float *)dupload(inv, sizeof inv);
+            void *kc = dmalloc_random(4096 * 2, 900), *vc = dmalloc_random(4096 * 2, 901);
+            fused_ctx f = {.g = &g};
+            f.a = (k_skinny_args){.x = pro[s] == K_PRO_NORM ? (const void *)xf : g.x[0],
+                                  .norm_w = g.x[1 % g.nw], .eps = 1e-5f, .y = g.y, .M = 1,
+                                  .N = g.N, .K = g.K, .pro = pro[s], .epi = epi[s],
+                                  .positions = dzero, .slot_mapping = dzero, .inv_freq = dinv,
+                                  .k_cache = kc, .v_cache = vc, .nh = 32, .nkv = 32, .hd = 128};
+            snprintf(shape, sizeof shape, "M=1 N=%d K=%d", g.N, g.K);
+            double t = time_it(do_fused, &f, 20, 15);
+            char name[64];
+            snprintf(name, sizeof name, "fused %s", what[s]);
+            row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
+            cudaFree(xf), cudaFree(dzero), cudaFree(dinv), cudaFree(kc), cudaFree(vc);
+        }
         g.M = 2048;
         g.f32 = s == 2 ? 0 : 1; /* gate_up is stored bf16 */
         snprintf(shape, sizeof shape, "M=2048 N=%d K=%d", g.N, g.K);
@@ -225,12 +265,13 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
     attn_ctx x = {0};
     int32_t *qsl = malloc(sizeof(int32_t) * (size_t)(B + 1)), *lens = malloc(sizeof(int32_t) * (size_t)B);
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)B * S), *dec = malloc(sizeof(int32_t) * (size_t)B);
-    int32_t *items = malloc(sizeof(int32_t) * 2 * (size_t)(B * ((n + 63) / 64) + 1));
+    const int tile = K_PREFILL_TILE;
+    int32_t *items = malloc(sizeof(int32_t) * 2 * (size_t)(B * ((n + tile - 1) / tile) + 1));
     for (int b = 0; b <= B; b++) qsl[b] = b * n;
     for (int b = 0; b < B; b++) lens[b] = len, dec[b] = b;
     for (int i = 0; i < B * S; i++) bt[i] = (int32_t)((i * 7919LL) % (B * S)); /* scattered pages */
     for (int b = 0; b < B && n > 1; b++)
-        for (int i = (n - 1) / 64 * 64; i >= 0; i -= 64) items[2 * x.np] = b, items[2 * x.np + 1] = i, x.np++;
+        for (int i = (n - 1) / tile * tile; i >= 0; i -= tile) items[2 * x.np] = b, items[2 * x.np + 1] = i, x.np++;
     x.nd = n == 1 ? B : 0;
     /* the engine's rule: halve the partition from 256 while the grid has under 4096 blocks */
     int groups = nh / (nh / nkv >= 8 ? 8 : nh / nkv >= 4 ? 4 : nh / nkv >= 2 ? 2 : 1);
@@ -273,8 +314,14 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
         /* causal pairs: row i sees ctx + i + 1 keys; 2 matmuls of 2*hd FLOPs per pair */
         double pairs = (double)B * ((double)n * ctx + (double)n * (n + 1) / 2);
         double flops = 4.0 * hd * nh * pairs;
-        double t = time_it(do_prefill, &x, 3, 9);
-        row(label, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        for (int sub = 32; sub <= 64; sub += 32) { /* keys per softmax update */
+            k_set_prefill_sub(sub);
+            double t = time_it(do_prefill, &x, 3, 9);
+            char lab[64];
+            snprintf(lab, sizeof lab, "%s%s", label, sub == 64 ? ", sub 64" : "");
+            row(lab, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        }
+        k_set_prefill_sub(32);
     }
     for (int i = 0; i < copies; i++) cudaFree(kc[i]), cudaFree(vc[i]);
     cudaFree(qkv), cudaFree(out), cudaFree(x.dec), cudaFree(x.items), cudaFree(dqsl), cudaFree(dlens);
@@ -400,7 +447,7 @@ static double time_step(engine *eng, eng_step s, int inner, int reps)
 }
 
 static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, bool pdl,
-                   int skinny)
+                   int skinny, bool fuse)
 {
     engine_opts o;
     engine_opts_default(&o);
@@ -414,6 +461,7 @@ static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bo
     o.cuda_graphs = graphs;
     o.cuda_pdl = pdl;
     o.skinny_max_tokens = skinny;
+    o.cuda_fuse = fuse;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     if (rc) fprintf(stderr, "bench: %s\n", e.msg);
@@ -428,7 +476,7 @@ static void whole_steps(void)
     double kv_tok = 2.0 * 32 * 32 * 128 * 2; /* K+V bytes per token, all layers */
     engine eng;
     /* 64 decode sequences of S blocks, then a 2048-token prefill sequence. */
-    if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8)) exit(1);
+    if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8, true)) exit(1);
     step_buf sb = {0};
     /* Fill the KV of 64 sequences to 1024 tokens (2 sequences x 1024 rows per step). */
     for (int b = 0; b < 64; b += 2) {
@@ -446,7 +494,7 @@ static void whole_steps(void)
         s = make_step(&sb, 1, ctxs[k], 1, S, bs, 0);
         t = time_step(&eng, s, 20, 9);
         double bytes = wbytes + kv_tok * (ctxs[k] + 1);
-        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs+PDL+skinny", ctxs[k]);
+        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs+PDL+fused", ctxs[k]);
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     }
     s = make_step(&sb, 64, 1024, 1, S, bs, 0);
@@ -456,16 +504,15 @@ static void whole_steps(void)
     engine_close(&eng);
 
     /* Variants of the batch-1 decode step (small KV: one sequence). */
-    struct { const char *name; bool graphs, pdl; int skinny, l2; } v[] = {
-        {"graphs+PDL, with L2 prefetch", true, true, 8, 1},
-        {"graphs, no PDL, skinny", true, false, 8, 0},
-        {"no graphs, PDL, skinny", false, true, 8, 0},
-        {"no graphs, no PDL, skinny", false, false, 8, 0},
-        {"graphs+PDL, cuBLAS only", true, true, 0, 0},
+    struct { const char *name; bool graphs, pdl; int skinny; bool fuse; } v[] = {
+        {"graphs+PDL, unfused", true, true, 8, false},
+        {"graphs, no PDL, fused", true, false, 8, true},
+        {"no graphs, PDL, fused", false, true, 8, true},
+        {"no graphs, no PDL, fused", false, false, 8, true},
+        {"graphs+PDL, cuBLAS only", true, true, 0, false},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-        k_set_l2_prefetch(v[i].l2);
-        if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny)) exit(1);
+        if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny, v[i].fuse)) exit(1);
         eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0);
         do_step(&(step_ctx){&eng, fill}, 0);
         s = make_step(&sb, 1, 1024, 1, S, bs, 0);
@@ -475,13 +522,23 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
-    k_set_l2_prefetch(0);
-    /* The prefill step without programmatic dependent launch. */
-    if (open_7b(&eng, 2048, 1, S, false, false, 8)) exit(1);
-    s = make_step(&sb, 1, 0, 2048, S, bs, 0);
-    t = time_step(&eng, s, 2, 5);
-    row("STEP prefill 2048 (1 seq)", "T=2048, no PDL", t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
-    engine_close(&eng);
+    /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
+     * without PDL, and with 64-key softmax updates in the attention kernel. */
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        if (open_7b(&eng, 2048, 1, S, false, pdl, 8, true)) exit(1);
+        s = make_step(&sb, 1, 0, 2048, S, bs, 0);
+        t = time_step(&eng, s, 2, 5);
+        row("STEP prefill 2048 (1 seq)", pdl ? "T=2048, 1-seq engine, PDL" : "T=2048, 1-seq engine, no PDL",
+            t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
+        if (pdl) {
+            k_set_prefill_sub(64);
+            t = time_step(&eng, s, 2, 5);
+            row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine, PDL, sub 64", t, flops, "TFLOP/s",
+                gemm_rate, flops / gemm_rate);
+            k_set_prefill_sub(32);
+        }
+        engine_close(&eng);
+    }
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
@@ -503,6 +560,8 @@ int main(int argc, char **argv)
     printf("| kernel / step                  | shape                              | time (ms) | achieved         | of ceil | roofline (ms) |\n");
     printf("|--------------------------------|------------------------------------|-----------|------------------|---------|-----------|\n");
     ceilings();
+    if (!strcmp(what, "prefill")) /* one kernel, e.g. for ncu */
+        attention(1, 0, 2048, 32, 32, "prefill attention causal");
     if (!strcmp(what, "all") || !strcmp(what, "kernels")) {
         gemms();
         attention(64, 1023, 1, 32, 32, "decode attention (MHA)");
