@@ -11,6 +11,11 @@
  * banked as credit. Otherwise the step is vLLM V1's (policies/cb.c): running requests first,
  * the newest is the victim when KV runs out, preempted requests return to the front of their
  * client's queue.
+ *
+ * Where it differs from the paper's VTC: counters are charged once a step, for the tokens the
+ * step computed (the paper charges as tokens are produced; the same totals, a step later), and
+ * a preempted request's recomputed tokens are charged again (its client pays for the work the
+ * server redoes). Clients are not weighted: every client's share is equal.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -12,6 +12,12 @@
  * Each step: running requests first (one token each), then FCFS admission of whole prompts
  * (no chunking) while the token budget, max_num_seqs and reservations allow; a request that
  * does not fit stops admission.
+ *
+ * Where it differs from Orca: Orca's scheduler bounds a batch by its maximum batch size and
+ * its KV slots; tandem also applies max_num_batched_tokens, the activation budget every policy
+ * gets (a prompt longer than it is rejected with a reason, since Orca does not chunk). Orca's
+ * selective batching (attention per request, GEMMs over the batch) is what the cost model and
+ * the engine do for every policy.
  */
 #include <stdlib.h>
 
