@@ -14,8 +14,8 @@
  *
  * Where it differs from the paper's VTC: counters are charged once a step, for the tokens the
  * step computed (the paper charges as tokens are produced; the same totals, a step later), and
- * a preempted request's recomputed tokens are charged again (its client pays for the work the
- * server redoes). Clients are not weighted: every client's share is equal.
+ * a preempted request's recomputed prompt tokens are charged again (its client pays for the
+ * prefill the server redoes). Clients are not weighted: every client's share is equal.
  */
 #include <math.h>
 #include <stdlib.h>
