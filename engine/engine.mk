@@ -6,7 +6,8 @@
 #   make bench-gpu   kernel and whole-step benchmarks on the GPU (figures: docs/engine.md).
 #
 # Both build here and run engine/gpu_check.sh, which runs prebuilt binaries only (the GPU
-# machine has no Debian libraries to build with).
+# machine has no Debian libraries to build with). For a GPU machine without libmpi, build with
+# `make MPI=0` (tandem links OpenMPI dynamically otherwise) and copy build/ there.
 
 ENGINE_BENCH := $(BUILD)/bench_engine_gpu
 
