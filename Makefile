@@ -96,6 +96,14 @@ all: $(BUILD)/tandem
 $(BUILD)/tandem: $(BUILD)/rel/cli/main.o $(REL_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# C objects are compiled for one set of flags, named by a stamp file: when the flags change (e.g.
+# MPI=0 and back), they are deleted so that none compiled for the other setting is linked.
+FLAGS_STAMP := $(BUILD)/flags-$(shell printf '%s' '$(CFLAGS_ALL)' | md5sum | cut -c1-12)
+ifeq ($(wildcard $(FLAGS_STAMP)),)
+$(shell mkdir -p $(BUILD) && rm -f $(BUILD)/flags-* && \
+  find $(BUILD) -name '*.o' ! -name '*.cu.o' -delete && touch $(FLAGS_STAMP))
+endif
+
 $(BUILD)/rel/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
