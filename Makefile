@@ -87,7 +87,7 @@ REL_OBJS := $(LIB_SRCS:%.c=$(BUILD)/rel/%.o) $(BUILD)/rel/gen/embedded_configs.o
 CHK_OBJS := $(LIB_SRCS:%.c=$(BUILD)/chk/%.o) $(BUILD)/chk/gen/embedded_configs.o $(CU_SRCS:%.cu=$(BUILD)/rel/%.cu.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps demo test test-gpu bench bench-gpu clean plots
+.PHONY: all deps demo test test-gpu bench bench-gpu profile-gpu clean plots
 # Objects reached through pattern rules are not intermediates to delete: keep them.
 .SECONDARY:
 all: $(BUILD)/tandem

@@ -4,17 +4,29 @@
 #                    transformers; needs an NVIDIA GPU and, for the comparison, PyTorch +
 #                    transformers in python3.
 #   make bench-gpu   kernel and whole-step benchmarks on the GPU (figures: docs/engine.md).
+#   make profile-gpu whole steps kernel by kernel (CUPTI trace) with the GPU's clocks (NVML).
 #
 # Both build here and run engine/gpu_check.sh, which runs prebuilt binaries only (the GPU
 # machine has no Debian libraries to build with). For a GPU machine without libmpi, build with
 # `make MPI=0` (tandem links OpenMPI dynamically otherwise) and copy build/ there.
 
 ENGINE_BENCH := $(BUILD)/bench_engine_gpu
+ENGINE_BENCH_OBJS := $(BUILD)/rel/engine/bench/bench_gpu.o $(BUILD)/rel/engine/bench/profile_gpu.o
+
+# CUPTI (`bench_engine_gpu profile`'s kernel trace) is linked into the benchmark only, from where
+# the toolkit keeps it (or CUPTI_INC / CUPTI_LIB); without it the benchmark still builds and
+# `profile` says why it cannot run.
+CUPTI_INC ?= $(firstword $(foreach d,$(CUDA_HOME)/include $(CUDA_HOME)/extras/CUPTI/include,$(if $(wildcard $(d)/cupti.h),$(d))))
+CUPTI_LIB ?= $(firstword $(foreach d,$(CUDA_HOME)/lib64 $(CUDA_HOME)/extras/CUPTI/lib64,$(if $(wildcard $(d)/libcupti.so),$(d))))
 
 ifeq ($(CUDA),1)
-$(ENGINE_BENCH): $(BUILD)/rel/engine/bench/bench_gpu.o $(REL_OBJS)
+ifneq ($(and $(CUPTI_INC),$(CUPTI_LIB)),)
+$(BUILD)/rel/engine/bench/profile_gpu.o: CFLAGS_ALL += -DTANDEM_HAVE_CUPTI=1 -I$(CUPTI_INC)
+CUPTI_LIBS := -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti
+endif
+$(ENGINE_BENCH): $(ENGINE_BENCH_OBJS) $(REL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUPTI_LIBS)
 all: $(ENGINE_BENCH)
 else
 $(ENGINE_BENCH):
@@ -27,3 +39,5 @@ test-gpu: $(BUILD)/tandem $(BUILD)/tests/test_engine_gpu
 bench-gpu: $(BUILD)/tandem $(ENGINE_BENCH)
 	BIN=$(BUILD) bash engine/gpu_check.sh bench
 
+profile-gpu: $(ENGINE_BENCH)
+	BIN=$(BUILD) bash engine/gpu_check.sh profile

@@ -10,7 +10,12 @@
  *
  * Output: a markdown table on stdout (kernel, shape, time, achieved rate, ceiling fraction,
  * roofline prediction).
+ *
+ * usage: bench_engine_gpu [all|kernels|steps|prefill|profile]. `profile` times no ceilings: it
+ * traces whole steps kernel by kernel (CUPTI) and reads the GPU's clocks (NVML); see
+ * profile_gpu.c for how to read it.
  */
+#include <assert.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -18,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/bench/profile_gpu.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 
@@ -644,6 +650,74 @@ static void decode_trace(int B, int prefetch)
     k_set_decode_prefetch(1);
 }
 
+/* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
+
+/* Runs `warm` steps, then `steps` more back to back under the trace, with a CUDA event before each
+ * and after the last; prints the clocks around and through them, then the trace. */
+static void profile_region(engine *eng, eng_step s, int warm, int steps, const char *title,
+                           bool by_shape)
+{
+    assert(steps >= 1 && steps <= PROF_MAX_STEPS);
+    cudaStream_t st = engine_cuda_stream(eng);
+    cudaEvent_t ev[PROF_MAX_STEPS + 1];
+    float wall_ms[PROF_MAX_STEPS];
+    step_ctx c = {eng, s};
+    for (int i = 0; i <= steps; i++) CK(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < warm; i++) do_step(&c, i);
+    CK(cudaStreamSynchronize(st));
+    char when[96];
+    snprintf(when, sizeof when, "before %s", title);
+    prof_clocks(when);
+    prof_watch_start();
+    if (prof_begin()) exit(1);
+    for (int i = 0; i < steps; i++) {
+        CK(cudaEventRecord(ev[i], st));
+        do_step(&c, i);
+    }
+    CK(cudaEventRecord(ev[steps], st));
+    CK(cudaEventSynchronize(ev[steps]));
+    if (prof_end()) exit(1);
+    snprintf(when, sizeof when, "during %s", title);
+    prof_watch_stop(when);
+    snprintf(when, sizeof when, "after %s", title);
+    prof_clocks(when);
+    for (int i = 0; i < steps; i++) CK(cudaEventElapsedTime(&wall_ms[i], ev[i], ev[i + 1]));
+    for (int i = 0; i <= steps; i++) CK(cudaEventDestroy(ev[i]));
+    prof_report(title, steps, wall_ms, eng->mc.num_layers, by_shape);
+}
+
+/* The 2048-token prefill step and the batch-1 decode step at context 1024 (fused and not), in
+ * engines for one sequence as whole_steps runs them. Tracing starts before the first engine so
+ * that the decode graphs are captured while it is on. */
+static int profile(void)
+{
+    if (prof_init()) return 1;
+    prof_clocks("at start");
+    const int bs = 16, S = 2112 / 16;
+    engine eng;
+    step_buf sb = {0};
+    if (open_7b(&eng, 2048, 1, S, false, true, 8, true)) return 1;
+    profile_region(&eng, make_step(&sb, 1, 0, 2048, S, bs, 0), 2, 3, "prefill 2048 (1 seq, PDL)", true);
+    engine_close(&eng);
+    static const struct { const char *title; bool fuse, persistent; } dv[] = {
+        {"decode B=1 ctx=1024 (graphs, persistent kernel)", true, true},
+        {"decode B=1 ctx=1024 (graphs+PDL, fused, 5 kernels a layer)", true, false},
+        {"decode B=1 ctx=1024 (graphs+PDL, unfused)", false, false},
+    };
+    for (size_t i = 0; i < sizeof dv / sizeof *dv; i++) {
+        persistent = dv[i].persistent;
+        if (open_7b(&eng, 1024, 1, S, true, true, 8, dv[i].fuse)) return 1;
+        eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0); /* KV to 1024 tokens */
+        do_step(&(step_ctx){&eng, fill}, 0);
+        profile_region(&eng, make_step(&sb, 1, 1024, 1, S, bs, 0), 20, 20, dv[i].title, false);
+        engine_close(&eng);
+    }
+    persistent = true;
+    free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
+    prof_shutdown();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
@@ -656,6 +730,7 @@ int main(int argc, char **argv)
     CK(cudaGetDeviceProperties(&p, 0));
     printf("bench_engine_gpu: %s, %d SMs, L2 %d MB, %.0f GB\n\n", p.name, p.multiProcessorCount,
            p.l2CacheSize >> 20, p.totalGlobalMem / 1e9);
+    if (!strcmp(what, "profile")) return profile();
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CKB(cublasCreate(&blas));
     CKB(cublasSetStream(blas, stream));
