@@ -118,12 +118,19 @@ __device__ __forceinline__ void attn_partials(const k_decode_args &a, const bf16
         if (ch * CH >= len) continue;
         const int t0 = ch * CH + warp * P, n = max(0, min(P, len - t0));
         const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
+        // Block ids first, all loads in flight together (not one round trip per row).
+        int blk[DL_ROWS];
+#pragma unroll
+        for (int r = 0; r < DL_ROWS; r++) {
+            const int j = sub + TPW * r;
+            blk[r] = j < n ? __ldg(bt + (t0 + j) / bs) : 0;
+        }
 #pragma unroll
         for (int r = 0; r < DL_ROWS; r++) {
             const int j = sub + TPW * r;
             if (j < n) {
                 const int t = t0 + j;
-                const int64_t off = (((int64_t)bt[t / bs] * bs + t % bs) * a.nkv + kvh) * HD + dl * 8;
+                const int64_t off = (((int64_t)blk[r] * bs + t % bs) * a.nkv + kvh) * HD + dl * 8;
                 cp_async16(sk + j * LPT + dl, kc + off, 16);
                 cp_async16(sv + j * LPT + dl, vc + off, 16);
             }
@@ -253,13 +260,15 @@ __global__ void __launch_bounds__(SK_THREADS, 2) decode_layers_kernel(k_decode_a
         skinny_run<M, K_PRO_NORM, K_EPI_ROPE_KV>(q, 1, s_x, [&] {
             if (li > 0) sync(); // layer 0 reads the embeddings of the previous kernel
         });
-        sync();
-        attn_partials<HD>(a, L->k_cache, L->v_cache, L->wo, max_len, s_x, li);
 
+        // Attention runs inside the O projection's wait: its first weight batches (half of wo at
+        // batch 1) stream in while attention, a chain of short round trips, leaves memory idle.
         k_skinny_args o = {};
         o.x = a.attn, o.w = L->wo, o.y = a.x, o.M = M, o.N = a.h, o.K = a.nh * HD;
         o.pro = K_PRO_NONE, o.epi = K_EPI_RESIDUAL;
         skinny_run<M, K_PRO_NONE, K_EPI_RESIDUAL>(o, 1, s_x, [&] {
+            sync();
+            attn_partials<HD>(a, L->k_cache, L->v_cache, L->wo, max_len, s_x, li);
             sync();
             attn_combine<HD>(a);
             sync();

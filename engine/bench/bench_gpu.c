@@ -539,6 +539,24 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
+    /* Batches of 4 and 8 at context 1024, persistent kernel against five kernels a layer. */
+    for (int per = 1; per >= 0; per--) {
+        persistent = per;
+        if (open_7b(&eng, 1024, 8, 8 * S, true, true, 8, true)) exit(1);
+        for (int b = 0; b < 8; b++) {
+            eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, b * S);
+            do_step(&(step_ctx){&eng, fill}, 0);
+        }
+        for (int B = 4; B <= 8; B += 4) {
+            s = make_step(&sb, B, 1024, 1, S, bs, 0);
+            t = time_step(&eng, s, 10, 9);
+            bytes = wbytes + B * kv_tok * 1025;
+            snprintf(shape, sizeof shape, "B=%d ctx=1024 graphs, %s", B, per ? "persistent" : "5 kernels a layer");
+            row(B == 4 ? "STEP decode batch 4" : "STEP decode batch 8", shape, t, bytes, "GB/s", copy_bw,
+                bytes / copy_bw);
+        }
+        engine_close(&eng);
+    }
     persistent = true;
     /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
      * without PDL, and with 64-key softmax updates in the attention kernel. */
