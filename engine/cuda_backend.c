@@ -90,11 +90,6 @@ typedef struct cuda_model {
     float *logits; /* (N, V) */
     float *partials; /* decode split-K partials */
     int32_t *counters;
-    /* persistent decode kernel (NULL when off or unsupported) */
-    k_layer_w *d_layers; /* (L) */
-    float *dl_partials;  /* (dl_seqs, nh, dl_parts, hd + 4) */
-    int32_t dl_seqs, dl_parts;
-    unsigned *dl_barrier;
     int32_t *h_meta, *d_meta; /* pinned host / device step arrays */
     int64_t meta_cap;
     cudaEvent_t meta_copied; /* h_meta may be refilled once this has fired */
@@ -151,7 +146,7 @@ static void cuda_destroy(void *self)
     if (m->blas) cublasDestroy(m->blas);
     void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->attn,
                    m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
-                   m->d_layers, m->dl_partials, m->dl_barrier, m->d_meta, m->d_samp, m->d_tok};
+                   m->d_meta, m->d_samp, m->d_tok};
     for (size_t i = 0; i < ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
     if (m->meta_copied) cudaEventDestroy(m->meta_copied);
@@ -341,31 +336,6 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
                   "attention partials", e));
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
-    if (o->cuda_persistent && o->cuda_fuse && (hd == 64 || hd == 128)) {
-        /* Sized for the largest graph bucket (a power of two, at least K_DECODE_PARTITION). */
-        m->dl_seqs = (int32_t)min_i64(8, min_i64(T, N));
-        m->dl_parts = (int32_t)div_ceil_i64(max_i64(K_DECODE_PARTITION, pow2_at_least(o->max_model_len)),
-                                            k_decode_layers_partition(hd));
-        k_layer_w *lw = xcalloc((size_t)mc->num_layers, sizeof *lw);
-        for (int32_t i = 0; i < mc->num_layers; i++) {
-            const cuda_layer *L = &m->layers[i];
-            bf16_t *kc = m->kv + 2 * i * m->layer_kv;
-            lw[i] = (k_layer_w){L->attn_norm, L->wqkv, L->wo, L->mlp_norm, L->wgu, L->wdown, kc,
-                                kc + m->layer_kv};
-        }
-        size_t lw_bytes = sizeof *lw * (size_t)mc->num_layers;
-        if ((rc = dev_alloc((void **)&m->d_layers, lw_bytes, "layer table", e))) {
-            free(lw);
-            goto fail;
-        }
-        cerr = cudaMemcpy(m->d_layers, lw, lw_bytes, cudaMemcpyHostToDevice);
-        free(lw);
-        CU(cerr);
-        TRY(dev_alloc((void **)&m->dl_partials,
-                      (size_t)m->dl_seqs * mc->num_heads * m->dl_parts * (hd + 4) * 4,
-                      "attention partials", e));
-        TRY(dev_alloc((void **)&m->dl_barrier, sizeof(unsigned), "grid barrier", e));
-    }
     m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
     TRY(dev_alloc((void **)&m->d_meta, (size_t)m->meta_cap * 4, "step arrays", e));
     CU(cudaMallocHost((void **)&m->h_meta, (size_t)m->meta_cap * 4));
@@ -424,21 +394,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
     bool fuse = m->o.cuda_fuse && T <= 8 && T <= m->o.skinny_max_tokens &&
                 (int64_t)T * h * 2 <= K_SKINNY_SMEM;
     CU_TRY(k_embed(m->embed, d + l->tok, T, h, m->x, m->stream));
-    bool persistent = fuse && m->dl_partials && nd == T && np == 0 && T <= m->dl_seqs &&
-                      k_decode_layers_supported(T, h, I, nh, nkv, hd);
-    if (persistent) {
-        k_decode_args dl = {
-            .layers = m->d_layers, .num_layers = mc->num_layers, .M = T, .h = h, .I = I, .nh = nh,
-            .nkv = nkv, .hd = hd, .eps = eps, .scale = a.scale, .x = m->x, .qkv = m->qkv,
-            .attn = m->attn, .act = m->act, .partials = m->dl_partials, .max_parts = m->dl_parts,
-            .barrier = m->dl_barrier, .positions = d + l->pos, .slot_mapping = d + l->slot,
-            .seq_lens = d + l->lens, .block_tables = d + l->bt, .bt_stride = m->S,
-            .block_size = m->o.block_size, .inv_freq = m->inv_freq,
-        };
-        CU_TRY(cudaMemsetAsync(m->dl_barrier, 0, sizeof(unsigned), m->stream));
-        CU_TRY(k_decode_layers(&dl, m->stream));
-    }
-    for (int32_t li = 0; li < mc->num_layers && !persistent; li++) {
+    for (int32_t li = 0; li < mc->num_layers; li++) {
         cuda_layer *L = &m->layers[li];
         bf16_t *kc = m->kv + 2 * li * m->layer_kv, *vc = kc + m->layer_kv;
         a.k_cache = kc, a.v_cache = vc;

@@ -14,7 +14,7 @@ what=${1:-all}
 T_TEST=${T_TEST:-240} T_HF=${T_HF:-240} T_BENCH=${T_BENCH:-300} T_PROFILE=${T_PROFILE:-240}
 mkdir -p "$OUT"
 status=0
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit,enforced.power.limit --format=csv 2>&1 | tee "$OUT/gpu.txt"
 
 if [ "$what" = test ] || [ "$what" = all ]; then
     echo "== test_engine_gpu"

@@ -310,6 +310,19 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *p)
                  : "r"(addr));
 }
 
+// 16-byte global -> shared copy; src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // Q tile, then K and V double buffers: 102 KB at hd 128, two blocks per SM.
 template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (HD + 8) * 2; }
 

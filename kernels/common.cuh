@@ -104,25 +104,6 @@ __device__ __forceinline__ float block_max(float v, float *red)
     return warp_max(t);
 }
 
-// 16-byte global -> shared copy; src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
-{
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Asks L2 to fetch [p, p + bytes) from memory (bytes a multiple of 16); nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // 16-byte load that bypasses L1 allocation: for data read once (weights, KV pages).
 __device__ __forceinline__ uint4 ld_stream(const void *p)
 {

@@ -148,60 +148,6 @@ cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int3
 /* Keys per online-softmax update of the prefill kernel, 32 (default) or 64. */
 void k_set_prefill_sub(int keys);
 
-/* One layer's weights and KV cache, as the persistent decode kernel reads them (device array). */
-typedef struct k_layer_w {
-    const bf16_t *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown;
-    bf16_t *k_cache, *v_cache;
-} k_layer_w;
-
-/* A pure-decode step of M <= 8 sequences (sequence b owns row b), through every layer. */
-typedef struct k_decode_args {
-    const k_layer_w *layers; /* (num_layers), device memory */
-    int32_t num_layers;
-    int32_t M, h, I, nh, nkv, hd;
-    float eps, scale;       /* RMSNorm epsilon; 1/sqrt(hd) */
-    float *x;               /* (M, h) residual stream: embeddings in, last layer's output out */
-    float *qkv;             /* (M, (nh + 2 nkv) hd) scratch */
-    bf16_t *attn, *act;     /* (M, nh*hd), (M, I) scratch */
-    float *partials;        /* (M, nh, max_parts, hd + 4) scratch */
-    int32_t max_parts;      /* >= ceil(max seq_len / k_decode_layers_partition(hd)) */
-    unsigned *barrier;      /* one counter, zero at launch (the kernel counts its grid barriers) */
-    const int32_t *positions, *slot_mapping; /* (M) */
-    const int32_t *seq_lens;                 /* (M), KV length after this step */
-    const int32_t *block_tables;             /* (M, bt_stride) */
-    int32_t bt_stride, block_size;
-    const float *inv_freq; /* (hd/2) */
-    unsigned long long *trace; /* set by k_decode_layers from k_set_decode_trace */
-    int32_t trace_n;
-    int32_t prefetch_o;        /* set by k_decode_layers from k_set_decode_prefetch */
-} k_decode_args;
-
-/* Whether the persistent decode kernel prefetches the O projection's weights into L2 during
- * attention (default on; for benchmarks). */
-void k_set_decode_prefetch(int on);
-
-/* Instrumentation for benchmarks: later k_decode_layers launches record, for each of their first
- * `barriers` grid barriers and each block b, (SM clock at arrival, SM clock at exit, global timer
- * at exit) at buf[(k * grid + b) * 3] (grid: the launch's block count, SMs x 2 or x 1). NULL
- * turns it off. Not for graph capture (the pointer is read at launch). */
-void k_set_decode_trace(unsigned long long *buf, int32_t barriers);
-
-/* Context tokens per attention partial of the persistent decode kernel (128 for hd 128, 256 for
- * hd 64): the partials buffer needs ceil(len / this) entries per sequence and head. */
-int32_t k_decode_layers_partition(int32_t hd);
-
-/* Whether k_decode_layers runs this shape: M <= 8, hd 64 or 128, M * max(h, nh*hd, I) * 2 <=
- * K_SKINNY_SMEM. */
-int k_decode_layers_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd);
-
-/* Every layer of a pure-decode step in one persistent kernel: for each layer, the fused decode
- * path's five operations (norm + QKV + RoPE + KV write; attention; O + residual; norm + gate/up
- * + SiLU; down + residual) as phases separated by grid barriers, each GEMM phase issuing its
- * first weight loads before the barrier so memory never drains between projections. Launched
- * cooperatively (every block resident); not programmatic (it waits for the previous kernel).
- * The arithmetic of every phase but attention is the fused path's, bit for bit. */
-cudaError_t k_decode_layers(const k_decode_args *a, cudaStream_t stream);
-
 /* One token per row of logits (n, V), as engine/sampler.c: greedy when temperature <= 0, else
  * temperature + top-p with the given uniform draws. */
 cudaError_t k_sample(const float *logits, int32_t n, int32_t V, const float *temperature,

@@ -646,8 +646,6 @@ END_TEST
 
 /* ---- whole model -------------------------------------------------------------------------------- */
 
-static bool persistent_on = true; /* engine_opts.cuda_persistent for open_engine */
-
 static int open_engine(engine *eng, const char *model, const char *backend, bool graphs, bool pdl,
                        int32_t skinny, bool fuse)
 {
@@ -666,7 +664,6 @@ static int open_engine(engine *eng, const char *model, const char *backend, bool
     o.cuda_pdl = pdl;
     o.skinny_max_tokens = skinny;
     o.cuda_fuse = fuse;
-    o.cuda_persistent = persistent_on;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     ck_assert_msg(rc == 0, "engine_open(%s, %s): %s", model, backend, e.msg);
@@ -761,14 +758,6 @@ static void check_model(const char *model)
     snprintf(what, sizeof what, "model %s: logits, unfused vs fused decode", model);
     expect_close(what, lp, lg, (int64_t)rows * V, 1e-2, 5e-2);
     engine_close(&gpu_unfused);
-    /* The persistent decode kernel (on in gpu) against the five-kernel fused path. */
-    persistent_on = false;
-    open_engine(&gpu_unfused, model, "cuda", true, true, 8, true);
-    persistent_on = true;
-    run_script(&gpu_unfused, perm, lp);
-    snprintf(what, sizeof what, "model %s: logits, five kernels a layer vs persistent decode", model);
-    expect_close(what, lp, lg, (int64_t)rows * V, 1e-2, 5e-2);
-    engine_close(&gpu_unfused);
     engine_close(&cpu), engine_close(&gpu);
     free(lc), free(lg), free(lp);
     gsl_rng_free(r);
@@ -784,86 +773,6 @@ END_TEST
 START_TEST(model_gpu_matches_cpu_small)
 {
     check_model("synthetic:small-llama3");
-}
-END_TEST
-
-/* Pure-decode steps of 1, 2, 5 and 8 sequences with ragged contexts (several attention
- * partitions each, lengths not multiples of the block or the partition) in shuffled blocks, in
- * a graph and without: the persistent decode kernel against the five-kernel fused path, which
- * the tests above tie to the CPU. Only attention's summation order differs between the two. */
-static void one_step(engine *eng, const eng_step *s, float *logits, const char *model, int32_t B)
-{
-    terr e = {{0}};
-    ck_assert_msg(engine_forward(eng, s, &e) == 0, "%s B=%d: %s", model, B, e.msg);
-    if (logits) ck_assert_msg(engine_logits(eng, logits, &e) == 0, "%s", e.msg);
-}
-
-static void check_persistent(const char *model)
-{
-    enum { BS = 16, S = 8 }; /* 8 blocks (128 tokens) per sequence, 64 blocks in all */
-    gsl_rng *r = rng_for("persistent");
-    int32_t perm[64];
-    shuffle_ids(r, perm, 64);
-    engine engs[3]; /* five-kernel reference, persistent in a graph, persistent without */
-    persistent_on = false;
-    open_engine(&engs[0], model, "cuda", true, true, 8, true);
-    persistent_on = true;
-    open_engine(&engs[1], model, "cuda", true, true, 8, true);
-    open_engine(&engs[2], model, "cuda", false, true, 8, true);
-    int32_t V = engs[0].mc.vocab_size;
-    float *lr = xmalloc(4 * (size_t)8 * V), *lp = xmalloc(4 * (size_t)8 * V);
-    const int32_t nseqs[] = {1, 2, 5, 8};
-    for (int k = 0; k < (int)ARRAY_LEN(nseqs); k++) {
-        int32_t B = nseqs[k], len[8];
-        for (int32_t b = 0; b < B; b++) len[b] = 17 + 13 * b + 3 * k; /* <= 117, then 3 decodes */
-        /* Prefill each sequence alone, then three decode steps of all B together. */
-        for (int32_t step = -B; step < 3; step++) {
-            int32_t T = 0, n_seq = 0, qsl[9] = {0}, lens[8], toks[128], pos[128], slots[128], rows[8];
-            int32_t tables[8 * S];
-            for (int32_t b = 0; b < B; b++) {
-                if (step < 0 && b != step + B) continue;
-                int32_t ctx = step < 0 ? 0 : len[b] + step, n = step < 0 ? len[b] : 1;
-                for (int32_t i = 0; i < n; i++, T++) {
-                    int32_t p = ctx + i;
-                    toks[T] = (p * 7 + b * 131 + 5) % V, pos[T] = p;
-                    slots[T] = perm[b * S + p / BS] * BS + p % BS;
-                }
-                memcpy(tables + n_seq * S, perm + b * S, sizeof(int32_t) * S);
-                rows[n_seq] = T - 1;
-                lens[n_seq] = ctx + n;
-                qsl[++n_seq] = T;
-            }
-            eng_step s = {.num_tokens = T, .num_seqs = n_seq, .token_ids = toks, .positions = pos,
-                          .slot_mapping = slots, .query_start_loc = qsl, .seq_lens = lens,
-                          .block_tables = tables, .block_table_stride = S, .num_logits = n_seq,
-                          .logits_rows = rows};
-            one_step(&engs[0], &s, step < 0 ? NULL : lr, model, B);
-            for (int g = 1; g < 3; g++) {
-                one_step(&engs[g], &s, step < 0 ? NULL : lp, model, B);
-                if (step < 0) continue;
-                char what[160];
-                snprintf(what, sizeof what, "%s: persistent decode (%s) vs five kernels, B=%d, step %d",
-                         model, g == 1 ? "graph" : "no graph", B, step);
-                expect_close(what, lp, lr, (int64_t)B * V, 1e-2, 5e-2);
-                for (int32_t b = 0; b < B; b++) { /* same greedy token, or a near-tie in lr */
-                    const float *x = lp + (int64_t)b * V, *y = lr + (int64_t)b * V;
-                    int32_t ax = sample_argmax(x, V), ay = sample_argmax(y, V);
-                    ck_assert_msg(ax == ay || y[ay] - y[ax] < 2e-2f * fabsf(y[ay]) + 1e-3f,
-                                  "%s: sequence %d picks %d (%g) instead of %d (%g)", what, b, ax,
-                                  y[ax], ay, y[ay]);
-                }
-            }
-        }
-    }
-    for (int g = 0; g < 3; g++) engine_close(&engs[g]);
-    free(lr), free(lp);
-    gsl_rng_free(r);
-}
-
-START_TEST(persistent_decode_matches_fused)
-{
-    check_persistent("synthetic:small-llama3"); /* hd 128, GQA 4:1 */
-    check_persistent("synthetic:small-llama2"); /* hd 64, MHA */
 }
 END_TEST
 
@@ -941,7 +850,6 @@ int main(void)
     tcase_add_test(tc, sampling_matches_cpu);
     tcase_add_test(tc, model_gpu_matches_cpu_tiny);
     tcase_add_test(tc, model_gpu_matches_cpu_small);
-    tcase_add_test(tc, persistent_decode_matches_fused);
     tcase_add_test(tc, cli_generate_cuda_matches_cpu);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

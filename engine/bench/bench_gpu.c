@@ -155,6 +155,13 @@ static void ceilings(void)
     t = time_it(do_cublas, &g, 3, 9);
     gemm_rate = 2.0 * 8192 * 8192 * 8192 / t;
     row("cuBLAS bf16 GEMM (ceiling)", "8192^3, bf16 out", t, 2.0 * 8192 * 8192 * 8192, "TFLOP/s", 0, 0);
+    /* The same product back to back for ~50 ms, as long as a prefill step: the rate a sustained
+     * tensor load gets once the power cap lowers the SM clock (not used as the ceiling). */
+    double ts = time_it(do_cublas, &g, 36, 3);
+    row("cuBLAS bf16 GEMM, sustained", "8192^3, 36 in a row (~50 ms)", ts, 2.0 * 8192 * 8192 * 8192,
+        "TFLOP/s", 0, 0);
+    printf("|   (sustained / burst)          | %.1f%%                              |           |                  |        |           |\n",
+           100 * t / ts);
     cudaFree((void *)g.w[0]), cudaFree((void *)g.x[0]), cudaFree(g.y);
     printf("| ceilings used below          | copy %.0f GB/s, GEMM %.0f TFLOP/s  |           |                  |        |           |\n",
            copy_bw / 1e9, gemm_rate / 1e12);
@@ -452,8 +459,6 @@ static double time_step(engine *eng, eng_step s, int inner, int reps)
     return t;
 }
 
-static bool persistent = true; /* engine_opts.cuda_persistent for open_7b */
-
 static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, bool pdl,
                    int skinny, bool fuse)
 {
@@ -470,7 +475,6 @@ static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bo
     o.cuda_pdl = pdl;
     o.skinny_max_tokens = skinny;
     o.cuda_fuse = fuse;
-    o.cuda_persistent = persistent;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     if (rc) fprintf(stderr, "bench: %s\n", e.msg);
@@ -503,14 +507,17 @@ static void whole_steps(void)
         s = make_step(&sb, 1, ctxs[k], 1, S, bs, 0);
         t = time_step(&eng, s, 20, 9);
         double bytes = wbytes + kv_tok * (ctxs[k] + 1);
-        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs, persistent", ctxs[k]);
+        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs+PDL+fused", ctxs[k]);
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     }
-    s = make_step(&sb, 8, 1024, 1, S, bs, 0);
-    t = time_step(&eng, s, 10, 9);
-    double bytes8 = wbytes + 8 * kv_tok * 1025;
-    row("STEP decode batch 8", "B=8 ctx=1024 graphs, persistent", t, bytes8, "GB/s", copy_bw,
-        bytes8 / copy_bw);
+    for (int B = 4; B <= 8; B += 4) {
+        s = make_step(&sb, B, 1024, 1, S, bs, 0);
+        t = time_step(&eng, s, 10, 9);
+        double bytes = wbytes + B * kv_tok * 1025;
+        snprintf(shape, sizeof shape, "B=%d ctx=1024 graphs+PDL+fused", B);
+        row(B == 4 ? "STEP decode batch 4" : "STEP decode batch 8", shape, t, bytes, "GB/s", copy_bw,
+            bytes / copy_bw);
+    }
     s = make_step(&sb, 64, 1024, 1, S, bs, 0);
     t = time_step(&eng, s, 5, 9);
     double bytes = wbytes + 64 * kv_tok * 1025;
@@ -518,17 +525,14 @@ static void whole_steps(void)
     engine_close(&eng);
 
     /* Variants of the batch-1 decode step (small KV: one sequence). */
-    struct { const char *name; bool graphs, pdl; int skinny; bool fuse, persistent; } v[] = {
-        {"graphs+PDL, fused, 5 kernels a layer", true, true, 8, true, false},
-        {"no graphs, persistent", false, true, 8, true, true},
-        {"graphs+PDL, unfused", true, true, 8, false, false},
-        {"graphs, no PDL, fused", true, false, 8, true, false},
-        {"no graphs, PDL, fused", false, true, 8, true, false},
-        {"no graphs, no PDL, fused", false, false, 8, true, false},
-        {"graphs+PDL, cuBLAS only", true, true, 0, false, false},
+    struct { const char *name; bool graphs, pdl; int skinny; bool fuse; } v[] = {
+        {"graphs+PDL, unfused", true, true, 8, false},
+        {"graphs, no PDL, fused", true, false, 8, true},
+        {"no graphs, PDL, fused", false, true, 8, true},
+        {"no graphs, no PDL, fused", false, false, 8, true},
+        {"graphs+PDL, cuBLAS only", true, true, 0, false},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-        persistent = v[i].persistent;
         if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny, v[i].fuse)) exit(1);
         eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0);
         do_step(&(step_ctx){&eng, fill}, 0);
@@ -539,25 +543,6 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
-    /* Batches of 4 and 8 at context 1024, persistent kernel against five kernels a layer. */
-    for (int per = 1; per >= 0; per--) {
-        persistent = per;
-        if (open_7b(&eng, 1024, 8, 8 * S, true, true, 8, true)) exit(1);
-        for (int b = 0; b < 8; b++) {
-            eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, b * S);
-            do_step(&(step_ctx){&eng, fill}, 0);
-        }
-        for (int B = 4; B <= 8; B += 4) {
-            s = make_step(&sb, B, 1024, 1, S, bs, 0);
-            t = time_step(&eng, s, 10, 9);
-            bytes = wbytes + B * kv_tok * 1025;
-            snprintf(shape, sizeof shape, "B=%d ctx=1024 graphs, %s", B, per ? "persistent" : "5 kernels a layer");
-            row(B == 4 ? "STEP decode batch 4" : "STEP decode batch 8", shape, t, bytes, "GB/s", copy_bw,
-                bytes / copy_bw);
-        }
-        engine_close(&eng);
-    }
-    persistent = true;
     /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
      * without PDL, and with 64-key softmax updates in the attention kernel. */
     for (int pdl = 1; pdl >= 0; pdl--) {
@@ -576,96 +561,6 @@ static void whole_steps(void)
         engine_close(&eng);
     }
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
-}
-
-/* ---- inside the persistent decode kernel ----------------------------------------------------- */
-
-/* Runs the batch-1 decode step (context 1024) without a graph, with the persistent kernel's
- * barrier trace on, and prints per phase of a layer (averaged over layers 1..30): the time
- * between consecutive barrier exits, the slowest and the mean block's work before the barrier,
- * and the barrier's own cost (the wait of the last block to arrive). */
-static void decode_trace(int B, int prefetch)
-{
-    k_set_decode_prefetch(prefetch);
-    const int bs = 16, S = 2112 / 16, L = 32, NB = 5 + 6 * (L - 1);
-    engine eng;
-    if (open_7b(&eng, 1024, 8, 8 * S, false, true, 8, true)) exit(1);
-    step_buf sb = {0};
-    for (int b = 0; b < B; b++) {
-        eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, b * S);
-        do_step(&(step_ctx){&eng, fill}, 0);
-    }
-    eng_step s = make_step(&sb, B, 1024, 1, S, bs, 0);
-    int sms = 0;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    size_t n = (size_t)NB * 2 * sms * 3 + 2 * sms * 4; /* barriers, then attention of layer 5 */
-    unsigned long long *d, *h = malloc(n * 8);
-    CK(cudaMalloc((void **)&d, n * 8));
-    for (int rep = 0; rep < 3; rep++) { /* the last repetition is the one read */
-        do_step(&(step_ctx){&eng, s}, 0);
-        CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
-        CK(cudaMemset(d, 0, n * 8));
-        k_set_decode_trace(d, NB);
-        do_step(&(step_ctx){&eng, s}, 0);
-        CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
-        k_set_decode_trace(NULL, 0);
-    }
-    CK(cudaMemcpy(h, d, n * 8, cudaMemcpyDeviceToHost));
-    int grid = 0;
-    while (grid < 2 * sms && h[(size_t)grid * 3 + 2]) grid++;
-#define T(k, b, i) ((double)h[((size_t)(k) * grid + (b)) * 3 + (i)])
-    /* SM clock from block 0: cycles / ns between the first and last barrier exits */
-    double ghz = (T(NB - 1, 0, 1) - T(0, 0, 1)) / (T(NB - 1, 0, 2) - T(0, 0, 2));
-    static const char *names[6] = {"down + residual (prev layer)", "norm + qkv + rope + kv",
-                                   "attention partials", "attention combine",
-                                   "o + residual", "norm + gate/up + silu"};
-    double wall[6] = {0}, wmax[6] = {0}, wmean[6] = {0}, bar[6] = {0}, wait[6] = {0};
-    int cnt[6] = {0};
-    for (int k = 6; k < NB; k++) { /* barrier k ends the phase named names[(k - 5) % 6] */
-        int ph = (k - 5) % 6;
-        double mx = 0, sum = 0, mn = 1e30, ws = 0;
-        for (int b = 0; b < grid; b++) {
-            double work = T(k, b, 0) - T(k - 1, b, 1), w = T(k, b, 1) - T(k, b, 0);
-            mx = work > mx ? work : mx, sum += work, mn = w < mn ? w : mn, ws += w;
-        }
-        wall[ph] += T(k, 0, 2) - T(k - 1, 0, 2);
-        wmax[ph] += mx / ghz, wmean[ph] += sum / grid / ghz, bar[ph] += mn / ghz, wait[ph] += ws / grid / ghz;
-        cnt[ph]++;
-    }
-#undef T
-    printf("\npersistent decode kernel, batch %d, ctx 1024, %s: grid %d blocks, SM clock %.2f GHz; per "
-           "layer, mean over layers 1..30 (us)\n", B, prefetch ? "wo prefetched into L2 during attention" : "no prefetch", grid, ghz);
-    printf("| phase (before the barrier)     | barrier to barrier | slowest block's work | mean block's work | barrier (last arriver's wait) | mean wait |\n");
-    printf("|---|---|---|---|---|---|\n");
-    double tot = 0;
-    for (int p = 0; p < 6; p++) {
-        int q = (p + 1) % 6; /* print in layer order, starting with qkv */
-        printf("| %-30s | %8.2f | %8.2f | %8.2f | %8.2f | %8.2f |\n", names[q], wall[q] / cnt[q] / 1e3,
-               wmax[q] / cnt[q] / 1e3, wmean[q] / cnt[q] / 1e3, bar[q] / cnt[q] / 1e3, wait[q] / cnt[q] / 1e3);
-        tot += wall[q] / cnt[q] / 1e3;
-    }
-    printf("| total a layer                  | %8.2f | | | | |\n", tot);
-    const unsigned long long *at = h + (size_t)NB * grid * 3;
-    double st[3] = {0}, sx[3] = {0};
-    int na = 0;
-    for (int b = 0; b < grid; b++) {
-        const unsigned long long *t = at + b * 4;
-        if (!t[1]) continue; /* no attention item */
-        for (int i = 0; i < 3; i++) {
-            double us = (double)(t[i + 1] - t[i]) / ghz / 1e3;
-            st[i] += us, sx[i] = us > sx[i] ? us : sx[i];
-        }
-        na++;
-    }
-    if (na)
-        printf("attention phase of layer 5, %d blocks with an item (us, mean / max): issue copies %.2f / %.2f, "
-               "copies land %.2f / %.2f, compute + merge + store %.2f / %.2f\n", na, st[0] / na, sx[0],
-               st[1] / na, sx[1], st[2] / na, sx[2]);
-    cudaFree(d);
-    free(h);
-    free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
-    engine_close(&eng);
-    k_set_decode_prefetch(1);
 }
 
 /* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
@@ -717,20 +612,24 @@ static int profile(void)
     if (open_7b(&eng, 2048, 1, S, false, true, 8, true)) return 1;
     profile_region(&eng, make_step(&sb, 1, 0, 2048, S, bs, 0), 2, 3, "prefill 2048 (1 seq, PDL)", true);
     engine_close(&eng);
-    static const struct { const char *title; bool fuse, persistent; } dv[] = {
-        {"decode B=1 ctx=1024 (graphs, persistent kernel)", true, true},
-        {"decode B=1 ctx=1024 (graphs+PDL, fused, 5 kernels a layer)", true, false},
-        {"decode B=1 ctx=1024 (graphs+PDL, unfused)", false, false},
+    /* The same step in the 64-sequence engine of whole_steps, after filling its KV as there. */
+    if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8, true)) return 1;
+    for (int b = 0; b < 64; b += 2)
+        do_step(&(step_ctx){&eng, make_step(&sb, 2, 0, 1024, S, bs, b * S)}, 0);
+    profile_region(&eng, make_step(&sb, 1, 0, 2048, S, bs, 64 * S), 2, 3,
+                   "prefill 2048 (64-seq engine, 72 GB of KV, PDL)", true);
+    engine_close(&eng);
+    static const struct { const char *title; bool fuse; } dv[] = {
+        {"decode B=1 ctx=1024 (graphs+PDL+fused)", true},
+        {"decode B=1 ctx=1024 (graphs+PDL, unfused)", false},
     };
     for (size_t i = 0; i < sizeof dv / sizeof *dv; i++) {
-        persistent = dv[i].persistent;
         if (open_7b(&eng, 1024, 1, S, true, true, 8, dv[i].fuse)) return 1;
         eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0); /* KV to 1024 tokens */
         do_step(&(step_ctx){&eng, fill}, 0);
         profile_region(&eng, make_step(&sb, 1, 1024, 1, S, bs, 0), 20, 20, dv[i].title, false);
         engine_close(&eng);
     }
-    persistent = true;
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
     prof_shutdown();
     return 0;
@@ -768,10 +667,6 @@ int main(int argc, char **argv)
     }
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
-    if (!strcmp(what, "all") || !strcmp(what, "steps") || !strcmp(what, "trace")) {
-        decode_trace(1, 0);
-        decode_trace(4, 0);
-    }
     stream = own;
     cublasDestroy(blas);
     return 0;
