@@ -97,11 +97,12 @@ $(BUILD)/tandem: $(BUILD)/rel/cli/main.o $(REL_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # C objects are compiled for one set of flags, named by a stamp file: when the flags change (e.g.
-# MPI=0 and back), they are deleted so that none compiled for the other setting is linked.
+# MPI=0 and back), they and everything linked from them are deleted, so that nothing compiled for
+# the other setting is used. (CUDA objects do not depend on these flags.)
 FLAGS_STAMP := $(BUILD)/flags-$(shell printf '%s' '$(CFLAGS_ALL)' | md5sum | cut -c1-12)
 ifeq ($(wildcard $(FLAGS_STAMP)),)
-$(shell mkdir -p $(BUILD) && rm -f $(BUILD)/flags-* && \
-  find $(BUILD) -name '*.o' ! -name '*.cu.o' -delete && touch $(FLAGS_STAMP))
+$(shell mkdir -p $(BUILD) && rm -f $(BUILD)/flags-* $(BUILD)/tandem $(BUILD)/bench_engine_gpu && \
+  rm -rf $(BUILD)/tests && find $(BUILD) -name '*.o' ! -name '*.cu.o' -delete && touch $(FLAGS_STAMP))
 endif
 
 $(BUILD)/rel/%.o: %.c
