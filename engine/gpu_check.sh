@@ -4,7 +4,7 @@
 # and the per-kernel profile of whole steps.
 #
 # usage: BIN=build bash engine/gpu_check.sh [test|bench|profile|all]
-#   profile (or BENCH=profile with bench/all): `bench_engine_gpu profile` into $OUT/profile.log
+#   profile: `bench_engine_gpu profile` into $OUT/profile.log (not part of all)
 # Logs go to $OUT (default /tmp/tandem-gpu-check); a short summary is printed last.
 set -u -o pipefail
 BIN=${BIN:-build}
@@ -22,12 +22,11 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     echo "== compare_hf"
     PYTHONUNBUFFERED=1 timeout -k 5 "$T_HF" python3 engine/compare_hf.py --tandem "$BIN/tandem" 2>&1 | tee "$OUT/compare_hf.log" || status=1
 fi
-stage=$what
-if { [ "$what" = bench ] || [ "$what" = all ]; } && [ "${BENCH:-}" = profile ]; then stage=profile; fi
-if [ "$stage" = profile ]; then
+if [ "$what" = profile ]; then
     echo "== bench_engine_gpu profile"
     timeout -k 5 "$T_PROFILE" "$BIN/bench_engine_gpu" profile 2>&1 | tee "$OUT/profile.log" || status=1
-elif [ "$what" = bench ] || [ "$what" = all ]; then
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== bench_engine_gpu"
     timeout -k 5 "$T_BENCH" "$BIN/bench_engine_gpu" "${BENCH:-all}" 2>&1 | tee "$OUT/bench.log" || status=1
 fi

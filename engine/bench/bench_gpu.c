@@ -451,6 +451,14 @@ static eng_step make_step(step_buf *sb, int B, int ctx, int n, int S, int bs, in
                       .logits_rows = sb->rows};
 }
 
+/* Fills the KV of sequences 0..nseqs-1 (blocks [b*S, (b+1)*S)) with 1024 tokens, per_step
+ * sequences a step. */
+static void fill_kv(engine *eng, step_buf *sb, int nseqs, int per_step, int S, int bs)
+{
+    for (int b = 0; b < nseqs; b += per_step)
+        do_step(&(step_ctx){eng, make_step(sb, per_step, 0, 1024, S, bs, b * S)}, 0);
+}
+
 static double time_step(engine *eng, eng_step s, int inner, int reps)
 {
     step_ctx c = {eng, s};
@@ -491,11 +499,7 @@ static void whole_steps(void)
     /* 64 decode sequences of S blocks, then a 2048-token prefill sequence. */
     if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8, true)) exit(1);
     step_buf sb = {0};
-    /* Fill the KV of 64 sequences to 1024 tokens (2 sequences x 1024 rows per step). */
-    for (int b = 0; b < 64; b += 2) {
-        eng_step s = make_step(&sb, 2, 0, 1024, S, bs, b * S);
-        do_step(&(step_ctx){&eng, s}, 0);
-    }
+    fill_kv(&eng, &sb, 64, 2, S, bs);
     char shape[96];
     eng_step s = make_step(&sb, 1, 0, 2048, S, bs, 64 * S);
     double t = time_step(&eng, s, 2, 5);
@@ -534,8 +538,7 @@ static void whole_steps(void)
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny, v[i].fuse)) exit(1);
-        eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0);
-        do_step(&(step_ctx){&eng, fill}, 0);
+        fill_kv(&eng, &sb, 1, 1, S, bs);
         s = make_step(&sb, 1, 1024, 1, S, bs, 0);
         t = time_step(&eng, s, 20, 9);
         snprintf(shape, sizeof shape, "B=1 ctx=1024 %s", v[i].name);
@@ -614,8 +617,7 @@ static int profile(void)
     engine_close(&eng);
     /* The same step in the 64-sequence engine of whole_steps, after filling its KV as there. */
     if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8, true)) return 1;
-    for (int b = 0; b < 64; b += 2)
-        do_step(&(step_ctx){&eng, make_step(&sb, 2, 0, 1024, S, bs, b * S)}, 0);
+    fill_kv(&eng, &sb, 64, 2, S, bs);
     profile_region(&eng, make_step(&sb, 1, 0, 2048, S, bs, 64 * S), 2, 3,
                    "prefill 2048 (64-seq engine, 72 GB of KV, PDL)", true);
     engine_close(&eng);
@@ -625,8 +627,7 @@ static int profile(void)
     };
     for (size_t i = 0; i < sizeof dv / sizeof *dv; i++) {
         if (open_7b(&eng, 1024, 1, S, true, true, 8, dv[i].fuse)) return 1;
-        eng_step fill = make_step(&sb, 1, 0, 1024, S, bs, 0); /* KV to 1024 tokens */
-        do_step(&(step_ctx){&eng, fill}, 0);
+        fill_kv(&eng, &sb, 1, 1, S, bs);
         profile_region(&eng, make_step(&sb, 1, 1024, 1, S, bs, 0), 20, 20, dv[i].title, false);
         engine_close(&eng);
     }
