@@ -15,8 +15,11 @@
  * others cuBLAS (bf16 in, fp32 compute). Steps of at most 8 rows (decode) run fused, five
  * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
- * small kernel cost more in launch and drain than its work. Pure-decode steps are captured once per batch size as
- * a CUDA graph and replayed, one graph per (batch size, context-length bucket): the decode
+ * small kernel cost more in launch and drain than its work. Pure-decode steps of at most 4
+ * sequences (cuda_persistent) run all layers in one persistent kernel instead
+ * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
+ * through shared memory ahead of them. Pure-decode steps are captured as a CUDA graph and
+ * replayed, one graph per (batch size, context-length bucket): the decode
  * attention grid covers the bucket (a power of two), blocks past a sequence's length exit at
  * once, so a graph serves every length in its bucket.
  *
@@ -90,6 +93,11 @@ typedef struct cuda_model {
     float *logits; /* (N, V) */
     float *partials; /* decode split-K partials */
     int32_t *counters;
+    /* persistent decode kernel (NULL when off or unsupported) */
+    k_layer_w *d_layers; /* (L) */
+    float *ds_partials;  /* (ds_seqs, nh, k_decode_stream_grid(), hd + 4) */
+    int32_t ds_seqs;     /* largest pure-decode step it runs */
+    unsigned *ds_barrier;
     int32_t *h_meta, *d_meta; /* pinned host / device step arrays */
     int64_t meta_cap;
     cudaEvent_t meta_copied; /* h_meta may be refilled once this has fired */
@@ -146,7 +154,7 @@ static void cuda_destroy(void *self)
     if (m->blas) cublasDestroy(m->blas);
     void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->attn,
                    m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
-                   m->d_meta, m->d_samp, m->d_tok};
+                   m->d_layers, m->ds_partials, m->ds_barrier, m->d_meta, m->d_samp, m->d_tok};
     for (size_t i = 0; i < ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
     if (m->meta_copied) cudaEventDestroy(m->meta_copied);
@@ -336,6 +344,33 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
                   "attention partials", e));
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
+    for (int32_t M = (int32_t)min_i64(4, min_i64(T, N)); o->cuda_persistent && o->cuda_fuse && M >= 1; M--)
+        if (k_decode_stream_supported(M, h, I, mc->num_heads, mc->num_kv_heads, hd,
+                                      (int32_t)min_i64(INT32_MAX, (int64_t)M * o->max_model_len))) {
+            m->ds_seqs = M;
+            break;
+        }
+    if (m->ds_seqs > 0) {
+        k_layer_w *lw = xcalloc((size_t)mc->num_layers, sizeof *lw);
+        for (int32_t i = 0; i < mc->num_layers; i++) {
+            const cuda_layer *L = &m->layers[i];
+            bf16_t *kc = m->kv + 2 * i * m->layer_kv;
+            lw[i] = (k_layer_w){L->attn_norm, L->wqkv, L->wo, L->mlp_norm, L->wgu, L->wdown, kc,
+                                kc + m->layer_kv};
+        }
+        size_t lw_bytes = sizeof *lw * (size_t)mc->num_layers;
+        if ((rc = dev_alloc((void **)&m->d_layers, lw_bytes, "layer table", e))) {
+            free(lw);
+            goto fail;
+        }
+        cerr = cudaMemcpy(m->d_layers, lw, lw_bytes, cudaMemcpyHostToDevice);
+        free(lw);
+        CU(cerr);
+        TRY(dev_alloc((void **)&m->ds_partials,
+                      (size_t)m->ds_seqs * mc->num_heads * k_decode_stream_grid() * (hd + 4) * 4,
+                      "attention partials", e));
+        TRY(dev_alloc((void **)&m->ds_barrier, sizeof(unsigned), "grid barrier", e));
+    }
     m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
     TRY(dev_alloc((void **)&m->d_meta, (size_t)m->meta_cap * 4, "step arrays", e));
     CU(cudaMallocHost((void **)&m->h_meta, (size_t)m->meta_cap * 4));
@@ -394,7 +429,21 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
     bool fuse = m->o.cuda_fuse && T <= 8 && T <= m->o.skinny_max_tokens &&
                 (int64_t)T * h * 2 <= K_SKINNY_SMEM;
     CU_TRY(k_embed(m->embed, d + l->tok, T, h, m->x, m->stream));
-    for (int32_t li = 0; li < mc->num_layers; li++) {
+    bool persistent = fuse && nd == T && np == 0 && T <= m->ds_seqs;
+    if (persistent) {
+        k_decode_args ds = {
+            .layers = m->d_layers, .num_layers = mc->num_layers, .M = T, .h = h, .I = I, .nh = nh,
+            .nkv = nkv, .hd = hd, .eps = eps, .scale = a.scale, .x = m->x, .qkv = m->qkv,
+            .attn = m->attn, .act = m->act, .partials = m->ds_partials, .barrier = m->ds_barrier,
+            .positions = d + l->pos, .slot_mapping = d + l->slot, .seq_lens = d + l->lens,
+            .block_tables = d + l->bt, .bt_stride = m->S, .block_size = m->o.block_size,
+            .inv_freq = m->inv_freq,
+            .max_tokens = (int32_t)min_i64(INT32_MAX, (int64_t)T * m->o.max_model_len),
+        };
+        CU_TRY(cudaMemsetAsync(m->ds_barrier, 0, sizeof(unsigned), m->stream));
+        CU_TRY(k_decode_stream(&ds, m->stream));
+    }
+    for (int32_t li = 0; li < mc->num_layers && !persistent; li++) {
         cuda_layer *L = &m->layers[li];
         bf16_t *kc = m->kv + 2 * li * m->layer_kv, *vc = kc + m->layer_kv;
         a.k_cache = kc, a.v_cache = vc;

@@ -76,10 +76,13 @@ typedef struct engine_opts {
                                   weight-streaming kernel instead of cuBLAS (0: never) */
     bool cuda_fuse;            /* cuda: steps of at most 8 rows run the fused decode path (norms,
                                   RoPE + KV write and SiLU * up inside the skinny GEMMs) */
+    bool cuda_persistent;      /* cuda: pure-decode steps of at most 4 sequences run every layer
+                                  in one persistent kernel that streams weights and KV ahead of
+                                  its phases (shapes k_decode_stream_supported; needs cuda_fuse) */
 } engine_opts;
 
-/* Fills the defaults above (backend "cuda", graphs, PDL and fusion on, skinny GEMM up to 8
- * rows). */
+/* Fills the defaults above (backend "cuda"; graphs, PDL, fusion and the persistent decode kernel
+ * on; skinny GEMM up to 8 rows). */
 void engine_opts_default(engine_opts *o);
 
 typedef struct engine_backend_ops {

@@ -148,6 +148,63 @@ cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int3
 /* Keys per online-softmax update of the prefill kernel, 32 (default) or 64. */
 void k_set_prefill_sub(int keys);
 
+/* One layer's weights and KV cache, as the streamed decode kernel reads them (device array). */
+typedef struct k_layer_w {
+    const bf16_t *attn_norm, *wqkv, *wo, *mlp_norm, *wgu, *wdown;
+    bf16_t *k_cache, *v_cache;
+} k_layer_w;
+
+/* A pure-decode step of M <= 4 sequences (sequence b owns row b), through every layer. */
+typedef struct k_decode_args {
+    const k_layer_w *layers; /* (num_layers), device memory */
+    int32_t num_layers;
+    int32_t M, h, I, nh, nkv, hd;
+    float eps, scale;       /* RMSNorm epsilon; 1/sqrt(hd) */
+    float *x;               /* (M, h) residual stream: embeddings in, last layer's output out */
+    float *qkv;             /* (M, (nh + 2 nkv) hd) scratch */
+    bf16_t *attn, *act;     /* (M, nh*hd), (M, I) scratch */
+    float *partials;        /* (M, nh, k_decode_stream_grid(), hd + 4) scratch */
+    unsigned *barrier;      /* one counter, zero at launch (the kernel counts its grid barriers) */
+    const int32_t *positions, *slot_mapping; /* (M) */
+    const int32_t *seq_lens;                 /* (M), KV length after this step */
+    const int32_t *block_tables;             /* (M, bt_stride) */
+    int32_t bt_stride, block_size;
+    const float *inv_freq;  /* (hd/2) */
+    int32_t max_tokens;     /* >= the sum of seq_lens of any launch (sizes shared memory) */
+    /* Filled by k_decode_stream: */
+    int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4];
+    unsigned long long *trace; /* from k_set_decode_trace */
+    int32_t trace_n;
+} k_decode_args;
+
+/* Instrumentation for benchmarks: later k_decode_stream launches record, for each of their first
+ * `barriers` grid barriers and each block b, (SM clock at arrival, SM clock at exit, global timer
+ * at exit, SM cycles consumer warp 0 waited for ring data since the previous barrier) at
+ * buf[(k * grid + b) * 4] (grid: k_decode_stream_grid()). NULL turns it off. Not for graph
+ * capture (the pointer is read at launch). */
+void k_set_decode_trace(unsigned long long *buf, int32_t barriers);
+
+/* Bytes of a ring slot of later k_decode_stream launches (0: the default, 32 KB or the smallest
+ * that holds two rows of the widest GEMM); for benchmarks. */
+void k_set_decode_slot(int32_t bytes);
+
+/* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
+ * sequence and head. */
+int32_t k_decode_stream_grid(void);
+
+/* Whether k_decode_stream runs this shape: M <= 4, hd 64 or 128, nh a multiple of 8 and at most
+ * 32, and a shared-memory ring of at least 3 slots next to the staged activation. */
+int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
+                              int32_t max_tokens);
+
+/* Every layer of a pure-decode step in one persistent kernel (kernels/decode_stream.cu): the
+ * fused path's five operations a layer as phases between grid barriers, while a producer warp per
+ * block streams the block's share of every weight matrix and of the context's KV rows through a
+ * shared-memory ring with bulk copies, ahead of the phases. Launched cooperatively (every block
+ * resident), not as a programmatic dependent. The GEMM arithmetic is the fused path's; attention
+ * sums in another order. */
+cudaError_t k_decode_stream(const k_decode_args *a, cudaStream_t stream);
+
 /* One token per row of logits (n, V), as engine/sampler.c: greedy when temperature <= 0, else
  * temperature + top-p with the given uniform draws. */
 cudaError_t k_sample(const float *logits, int32_t n, int32_t V, const float *temperature,

@@ -646,11 +646,14 @@ END_TEST
 
 /* ---- whole model -------------------------------------------------------------------------------- */
 
+static bool persistent_on = true; /* engine_opts.cuda_persistent for open_engine */
+
 static int open_engine(engine *eng, const char *model, const char *backend, bool graphs, bool pdl,
                        int32_t skinny, bool fuse)
 {
     engine_opts o;
     engine_opts_default(&o);
+    o.cuda_persistent = persistent_on;
     o.model = model;
     o.backend = backend;
     o.weight_seed = 99;
@@ -758,6 +761,14 @@ static void check_model(const char *model)
     snprintf(what, sizeof what, "model %s: logits, unfused vs fused decode", model);
     expect_close(what, lp, lg, (int64_t)rows * V, 1e-2, 5e-2);
     engine_close(&gpu_unfused);
+    /* Five kernels a layer against the persistent decode kernel (on in gpu where supported). */
+    persistent_on = false;
+    open_engine(&gpu_unfused, model, "cuda", true, true, 8, true);
+    persistent_on = true;
+    run_script(&gpu_unfused, perm, lp);
+    snprintf(what, sizeof what, "model %s: logits, five kernels a layer vs persistent decode", model);
+    expect_close(what, lp, lg, (int64_t)rows * V, 1e-2, 5e-2);
+    engine_close(&gpu_unfused);
     engine_close(&cpu), engine_close(&gpu);
     free(lc), free(lg), free(lp);
     gsl_rng_free(r);
@@ -773,6 +784,105 @@ END_TEST
 START_TEST(model_gpu_matches_cpu_small)
 {
     check_model("synthetic:small-llama3");
+}
+END_TEST
+
+/* Pure-decode steps of 1-4 sequences, from a context shorter than the grid (most blocks own no
+ * token) to four contexts of up to ~1000 tokens (several ring slots of KV per block), in
+ * shuffled blocks, in a graph and without: the persistent decode kernel against the five-kernel
+ * fused path, which the tests above tie to the CPU. Only attention's summation order differs. */
+static void open_big(engine *eng, const char *model, bool graphs, bool persistent)
+{
+    engine_opts o;
+    engine_opts_default(&o);
+    o.model = model;
+    o.backend = "cuda";
+    o.weight_seed = 7;
+    o.block_size = 16;
+    o.num_blocks = 320;
+    o.max_tokens = 1024;
+    o.max_seqs = 8;
+    o.max_model_len = 1024;
+    o.cuda_graphs = graphs;
+    o.cuda_persistent = persistent;
+    terr e = {{0}};
+    ck_assert_msg(engine_open(eng, &o, &e) == 0, "engine_open(%s): %s", model, e.msg);
+}
+
+static void one_step(engine *eng, const eng_step *s, float *logits, const char *model, int32_t B)
+{
+    terr e = {{0}};
+    ck_assert_msg(engine_forward(eng, s, &e) == 0, "%s B=%d: %s", model, B, e.msg);
+    if (logits) ck_assert_msg(engine_logits(eng, logits, &e) == 0, "%s", e.msg);
+}
+
+static void check_persistent(const char *model)
+{
+    enum { BS = 16, S = 64 }; /* 64 blocks (1024 tokens) per sequence */
+    gsl_rng *r = rng_for("persistent");
+    int32_t perm[320];
+    shuffle_ids(r, perm, 320);
+    engine engs[3]; /* five-kernel reference, persistent in a graph, persistent without */
+    open_big(&engs[0], model, true, false);
+    open_big(&engs[1], model, true, true);
+    open_big(&engs[2], model, false, true);
+    int32_t V = engs[0].mc.vocab_size;
+    float *lr = xmalloc(4 * (size_t)4 * V), *lp = xmalloc(4 * (size_t)4 * V);
+    static const struct { int32_t B, len[4]; } cases[] = {
+        {1, {17}}, {1, {1000}}, {2, {333, 77}}, {3, {5, 900, 260}}, {4, {1000, 613, 129, 998}},
+    };
+    int32_t *toks = xmalloc(sizeof(int32_t) * 1024 * 3);
+    int32_t *pos = toks + 1024, *slots = pos + 1024;
+    for (int k = 0; k < (int)ARRAY_LEN(cases); k++) {
+        int32_t B = cases[k].B;
+        const int32_t *len = cases[k].len;
+        /* Prefill each sequence alone, then three decode steps of all B together. */
+        for (int32_t step = -B; step < 3; step++) {
+            int32_t T = 0, n_seq = 0, qsl[5] = {0}, lens[4], rows[4], tables[4 * S];
+            for (int32_t b = 0; b < B; b++) {
+                if (step < 0 && b != step + B) continue;
+                int32_t ctx = step < 0 ? 0 : len[b] - 3 + step, n = step < 0 ? len[b] - 3 : 1;
+                for (int32_t i = 0; i < n; i++, T++) {
+                    int32_t p = ctx + i;
+                    toks[T] = (p * 7 + b * 131 + 5) % V, pos[T] = p;
+                    slots[T] = perm[b * S + p / BS] * BS + p % BS;
+                }
+                memcpy(tables + n_seq * S, perm + b * S, sizeof(int32_t) * S);
+                rows[n_seq] = T - 1;
+                lens[n_seq] = ctx + n;
+                qsl[++n_seq] = T;
+            }
+            eng_step s = {.num_tokens = T, .num_seqs = n_seq, .token_ids = toks, .positions = pos,
+                          .slot_mapping = slots, .query_start_loc = qsl, .seq_lens = lens,
+                          .block_tables = tables, .block_table_stride = S, .num_logits = n_seq,
+                          .logits_rows = rows};
+            one_step(&engs[0], &s, step < 0 ? NULL : lr, model, B);
+            for (int g = 1; g < 3; g++) {
+                one_step(&engs[g], &s, step < 0 ? NULL : lp, model, B);
+                if (step < 0) continue;
+                char what[160];
+                snprintf(what, sizeof what, "%s: persistent decode (%s) vs five kernels, case %d (B=%d), step %d",
+                         model, g == 1 ? "graph" : "no graph", k, B, step);
+                expect_close(what, lp, lr, (int64_t)B * V, 1e-2, 5e-2);
+                for (int32_t b = 0; b < B; b++) { /* same greedy token, or a near-tie in lr */
+                    const float *x = lp + (int64_t)b * V, *y = lr + (int64_t)b * V;
+                    int32_t ax = sample_argmax(x, V), ay = sample_argmax(y, V);
+                    ck_assert_msg(ax == ay || y[ay] - y[ax] < 2e-2f * fabsf(y[ay]) + 1e-3f,
+                                  "%s: sequence %d picks %d (%g) instead of %d (%g)", what, b, ax,
+                                  y[ax], ay, y[ay]);
+                }
+            }
+        }
+    }
+    for (int g = 0; g < 3; g++) engine_close(&engs[g]);
+    free(lr), free(lp), free(toks);
+    gsl_rng_free(r);
+}
+
+START_TEST(persistent_decode_matches_fused)
+{
+    check_persistent("synthetic:small-llama3"); /* hd 128, GQA 4:1 */
+    check_persistent("synthetic:small-llama2"); /* hd 64, MHA */
 }
 END_TEST
 
@@ -850,6 +960,7 @@ int main(void)
     tcase_add_test(tc, sampling_matches_cpu);
     tcase_add_test(tc, model_gpu_matches_cpu_tiny);
     tcase_add_test(tc, model_gpu_matches_cpu_small);
+    tcase_add_test(tc, persistent_decode_matches_fused);
     tcase_add_test(tc, cli_generate_cuda_matches_cpu);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

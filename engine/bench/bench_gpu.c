@@ -467,11 +467,14 @@ static double time_step(engine *eng, eng_step s, int inner, int reps)
     return t;
 }
 
+static bool persistent = true; /* engine_opts.cuda_persistent for open_7b */
+
 static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, bool pdl,
                    int skinny, bool fuse)
 {
     engine_opts o;
     engine_opts_default(&o);
+    o.cuda_persistent = persistent;
     o.model = "synthetic:llama-2-7b";
     o.backend = "cuda";
     o.weight_seed = 1;
@@ -511,14 +514,14 @@ static void whole_steps(void)
         s = make_step(&sb, 1, ctxs[k], 1, S, bs, 0);
         t = time_step(&eng, s, 20, 9);
         double bytes = wbytes + kv_tok * (ctxs[k] + 1);
-        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs+PDL+fused", ctxs[k]);
+        snprintf(shape, sizeof shape, "B=1 ctx=%d graphs, persistent", ctxs[k]);
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     }
     for (int B = 4; B <= 8; B += 4) {
         s = make_step(&sb, B, 1024, 1, S, bs, 0);
         t = time_step(&eng, s, 10, 9);
         double bytes = wbytes + B * kv_tok * 1025;
-        snprintf(shape, sizeof shape, "B=%d ctx=1024 graphs+PDL+fused", B);
+        snprintf(shape, sizeof shape, "B=%d ctx=1024 graphs+PDL, %s", B, B <= 4 ? "persistent" : "fused");
         row(B == 4 ? "STEP decode batch 4" : "STEP decode batch 8", shape, t, bytes, "GB/s", copy_bw,
             bytes / copy_bw);
     }
@@ -529,14 +532,17 @@ static void whole_steps(void)
     engine_close(&eng);
 
     /* Variants of the batch-1 decode step (small KV: one sequence). */
-    struct { const char *name; bool graphs, pdl; int skinny; bool fuse; } v[] = {
-        {"graphs+PDL, unfused", true, true, 8, false},
-        {"graphs, no PDL, fused", true, false, 8, true},
-        {"no graphs, PDL, fused", false, true, 8, true},
-        {"no graphs, no PDL, fused", false, false, 8, true},
-        {"graphs+PDL, cuBLAS only", true, true, 0, false},
+    struct { const char *name; bool graphs, pdl; int skinny; bool fuse, persistent; } v[] = {
+        {"graphs, persistent", true, true, 8, true, true},
+        {"no graphs, persistent", false, true, 8, true, true},
+        {"graphs+PDL, fused, 5 kernels a layer", true, true, 8, true, false},
+        {"graphs+PDL, unfused", true, true, 8, false, false},
+        {"graphs, no PDL, fused", true, false, 8, true, false},
+        {"no graphs, PDL, fused", false, true, 8, true, false},
+        {"graphs+PDL, cuBLAS only", true, true, 0, false, false},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        persistent = v[i].persistent;
         if (open_7b(&eng, 1024, 1, S, v[i].graphs, v[i].pdl, v[i].skinny, v[i].fuse)) exit(1);
         fill_kv(&eng, &sb, 1, 1, S, bs);
         s = make_step(&sb, 1, 1024, 1, S, bs, 0);
@@ -546,6 +552,23 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
+    persistent = true;
+    /* Batches of 2 and 4 at context 1024, persistent kernel against five kernels a layer. */
+    for (int per = 1; per >= 0; per--) {
+        persistent = per;
+        if (open_7b(&eng, 1024, 4, 4 * S, true, true, 8, true)) exit(1);
+        fill_kv(&eng, &sb, 4, 1, S, bs);
+        for (int B = 2; B <= 4; B += 2) {
+            s = make_step(&sb, B, 1024, 1, S, bs, 0);
+            t = time_step(&eng, s, 10, 9);
+            bytes = wbytes + B * kv_tok * 1025;
+            snprintf(shape, sizeof shape, "B=%d ctx=1024 graphs, %s", B, per ? "persistent" : "5 kernels a layer");
+            row(B == 2 ? "STEP decode batch 2" : "STEP decode batch 4", shape, t, bytes, "GB/s", copy_bw,
+                bytes / copy_bw);
+        }
+        engine_close(&eng);
+    }
+    persistent = true;
     /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
      * without PDL, and with 64-key softmax updates in the attention kernel. */
     for (int pdl = 1; pdl >= 0; pdl--) {
@@ -564,6 +587,81 @@ static void whole_steps(void)
         engine_close(&eng);
     }
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
+}
+
+/* ---- inside the persistent decode kernel ----------------------------------------------------- */
+
+/* Runs the decode step of B sequences at context 1024 without a graph, with the persistent
+ * kernel's barrier trace on, and prints per phase of a layer (averaged over layers 1..30): the
+ * time between consecutive barrier exits, the slowest and the mean block's work before the
+ * barrier, the barrier's own cost (the wait of the last block to arrive) and the mean wait. */
+static void decode_trace(int B, int slot)
+{
+    k_set_decode_slot(slot);
+    const int bs = 16, S = 2112 / 16, L = 32, NB = 5 + 6 * (L - 1);
+    engine eng;
+    if (open_7b(&eng, 1024, 4, 4 * S, false, true, 8, true)) exit(1);
+    step_buf sb = {0};
+    fill_kv(&eng, &sb, B, 1, S, bs);
+    eng_step s = make_step(&sb, B, 1024, 1, S, bs, 0);
+    int grid = k_decode_stream_grid();
+    size_t n = (size_t)NB * grid * 4;
+    unsigned long long *d, *h = malloc(n * 8);
+    CK(cudaMalloc((void **)&d, n * 8));
+    for (int rep = 0; rep < 3; rep++) { /* the last repetition is the one read */
+        do_step(&(step_ctx){&eng, s}, 0);
+        CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
+        CK(cudaMemset(d, 0, n * 8));
+        k_set_decode_trace(d, NB);
+        do_step(&(step_ctx){&eng, s}, 0);
+        CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
+        k_set_decode_trace(NULL, 0);
+    }
+    CK(cudaMemcpy(h, d, n * 8, cudaMemcpyDeviceToHost));
+#define T(k, b, i) ((double)h[((size_t)(k) * grid + (b)) * 4 + (i)])
+    if (!T(NB - 1, 0, 2)) {
+        printf("\npersistent decode kernel, batch %d: no trace (kernel not used?)\n", B);
+    } else {
+        /* SM clock from block 0: cycles / ns between the first and last barrier exits */
+        double ghz = (T(NB - 1, 0, 1) - T(0, 0, 1)) / (T(NB - 1, 0, 2) - T(0, 0, 2));
+        static const char *names[6] = {"down + residual (prev layer)", "norm + qkv + rope + kv",
+                                       "attention partials", "attention combine",
+                                       "o + residual", "norm + gate/up + silu"};
+        double wall[6] = {0}, wmax[6] = {0}, wmean[6] = {0}, bar[6] = {0}, wait[6] = {0}, data[6] = {0};
+        int cnt[6] = {0};
+        for (int k = 6; k < NB; k++) { /* barrier k ends the phase named names[(k - 5) % 6] */
+            int ph = (k - 5) % 6;
+            double mx = 0, sum = 0, mn = 1e30, ws = 0, dw = 0;
+            for (int b = 0; b < grid; b++) {
+                double work = T(k, b, 0) - T(k - 1, b, 1), w = T(k, b, 1) - T(k, b, 0);
+                mx = work > mx ? work : mx, sum += work, mn = w < mn ? w : mn, ws += w, dw += T(k, b, 3);
+            }
+            data[ph] += dw / grid / ghz;
+            wall[ph] += T(k, 0, 2) - T(k - 1, 0, 2);
+            wmax[ph] += mx / ghz, wmean[ph] += sum / grid / ghz, bar[ph] += mn / ghz, wait[ph] += ws / grid / ghz;
+            cnt[ph]++;
+        }
+        printf("\npersistent decode kernel, batch %d, ctx 1024, ring slots of %s: grid %d blocks, SM clock %.2f "
+               "GHz; per layer, mean over layers 1..30 (us); first to last barrier %.1f us\n", B,
+               slot ? "44 KB" : "32 KB (default)", grid, ghz, (T(NB - 1, 0, 2) - T(0, 0, 2)) / 1e3);
+        printf("| phase (before the barrier)     | barrier to barrier | slowest block's work | mean block's work | of which waiting for data (warp 0) | barrier (last arriver's wait) | mean wait |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        double tot = 0;
+        for (int p = 0; p < 6; p++) {
+            int q = (p + 1) % 6; /* print in layer order, starting with qkv */
+            printf("| %-30s | %8.2f | %8.2f | %8.2f | %8.2f | %8.2f | %8.2f |\n", names[q], wall[q] / cnt[q] / 1e3,
+                   wmax[q] / cnt[q] / 1e3, wmean[q] / cnt[q] / 1e3, data[q] / cnt[q] / 1e3, bar[q] / cnt[q] / 1e3,
+                   wait[q] / cnt[q] / 1e3);
+            tot += wall[q] / cnt[q] / 1e3;
+        }
+        printf("| total a layer                  | %8.2f | | | | | |\n", tot);
+    }
+#undef T
+    cudaFree(d);
+    free(h);
+    free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
+    engine_close(&eng);
+    k_set_decode_slot(0);
 }
 
 /* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
@@ -668,6 +766,11 @@ int main(int argc, char **argv)
     }
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
+    if (!strcmp(what, "all") || !strcmp(what, "trace")) {
+        decode_trace(1, 0);
+        decode_trace(1, 44032); /* two rows of the down projection (K = 11008) a slot */
+        decode_trace(4, 0);
+    }
     stream = own;
     cublasDestroy(blas);
     return 0;

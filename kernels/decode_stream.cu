@@ -1,0 +1,803 @@
+// decode_stream.cu: every layer of a pure-decode step (M <= 4 sequences, one row each) in one
+// persistent kernel whose weight and KV reads never stop at a phase boundary.
+//
+// Why. At batch 1 a decode step is 13 GB of weights streamed through ~160 kernels, and each
+// boundary drains the memory pipeline: the last loads of one kernel land, its blocks exit, and
+// the next kernel's blocks only then issue theirs (~4 us lost per GEMM); batch-1 attention, a
+// chain of short dependent round trips, takes 15 us for a 4 us roofline. An earlier persistent
+// kernel (history: c2f8ddf) kept the grid resident but still loaded weights into registers
+// after each grid barrier, so every phase ramped up and drained as before. Here nothing that
+// the loads need depends on the barriers: weights never change, and the KV rows of every
+// context token but the newest were written by earlier steps. So one producer warp per block
+// walks the block's share of the whole step (every layer's QKV, KV, O, gate/up and down bytes,
+// in the order the consumers use them) and streams it with bulk copies (TMA, cp.async.bulk)
+// into a ring of shared-memory slots, as far ahead as the ring allows (~190 KB a block, ~6 us
+// of the block's share of bandwidth). Barriers, prologues and the attention merge stall only
+// the consumers; memory stays busy.
+//
+// A block = 8 consumer warps + 1 producer warp, one block per SM, launched cooperatively.
+// Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the copies complete
+// it) and empty[s] (one arrival per consumer warp once it has read the slot).
+//
+// Phases of a layer, each after a grid barrier (consumers only):
+//   1. QKV: RMSNorm of the residual rows into shared memory; units of upr weight rows; the
+//      epilogue is the fused path's RoPE + KV write (skinny_rows.cuh).
+//   2. attention partials: the block's contiguous share of all context tokens (all sequences
+//      laid end to end); the ring brings TPS tokens' K and V rows (all KV heads) per slot;
+//      warp w owns query heads w, w + 8, ..; online softmax; one partial (o, m, l) per
+//      (sequence, head, block). The newest token's K/V, written in phase 1, is read from the
+//      cache directly.
+//   3. combine: a block per (sequence, head) merges its partials into the bf16 output.
+//   4. O + residual add; 5. RMSNorm + gate/up + SiLU * up; 6. down + residual add.
+// GEMM units are spread over blocks in contiguous runs, rotated per phase so that no block
+// always gets the extra unit.
+//
+// Coherence: everything written during the kernel is read with ld.global.cg (L2): an SM's L1 is
+// not coherent with other SMs' stores. The ring is only written by bulk copies of data the
+// kernel never writes (weights, old KV rows).
+#include <math.h>
+
+#include "kernels/skinny_rows.cuh"
+
+#define DS_CWARPS 8
+#define DS_CTHREADS (DS_CWARPS * 32)
+#define DS_THREADS (DS_CTHREADS + 32)
+#define DS_TPS_MAX 8   // context tokens per ring slot, at most
+#define DS_HPW_MAX 4   // query heads per consumer warp, at most (nh <= 32)
+#define DS_MAX_SLOTS 16
+#define DS_MAX_GRID 256
+#define DS_PSTRIDE(hd) ((hd) + 4) // floats per partial: o[hd], m, l, 2 unused (16-byte rows)
+#define DS_LOG2E 1.4426950408889634f
+
+enum { PH_QKV, PH_ATTN, PH_O, PH_GU, PH_DOWN };
+
+// ---- PTX wrappers: mbarriers, bulk copies, named barrier -----------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on bar.
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar,
+                                          uint64_t policy)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy()
+{
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+// The consumer warps only (the producer never joins).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_CTHREADS) : "memory"); }
+
+__device__ __forceinline__ unsigned long long globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---- geometry both sides agree on ---------------------------------------------------------------
+
+struct ds_ring {
+    unsigned char *slots;
+    uint64_t *full, *empty;
+    int ns, slot_bytes;
+    unsigned k; // units passed through the ring so far (this thread's count)
+    bool timed; // trace on: count the cycles spent waiting for data
+    long long waited;
+
+    __device__ __forceinline__ unsigned char *slot(unsigned i) const { return slots + (size_t)(i % ns) * slot_bytes; }
+    // Waits until unit k's bytes have landed.
+    __device__ __forceinline__ void wait_full()
+    {
+        const long long c0 = timed ? clock64() : 0;
+        mbar_wait(&full[k % ns], (k / ns) & 1);
+        if (timed) waited += clock64() - c0;
+    }
+    // This warp is done with unit k's slot (one arrival per consumer warp frees it).
+    __device__ __forceinline__ void release()
+    {
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[k % ns]);
+    }
+};
+
+// Token range of block g in the concatenation of all sequences' context tokens.
+__device__ __forceinline__ int64_t tok_bound(int g, int64_t total, int G) { return (int64_t)g * total / G; }
+
+// Units [u0, u1) of a phase with U units for this block.
+__device__ __forceinline__ void my_units(int U, int li, int ph, int &u0, int &u1)
+{
+    const int G = gridDim.x, r = (int)((blockIdx.x + (unsigned)(li * 5 + ph) * 29u) % G);
+    u0 = (int)((int64_t)r * U / G);
+    u1 = (int)((int64_t)(r + 1) * U / G);
+}
+
+// Flat row f of a GEMM phase (rows f = 2t, 2t + 1 are task t's pair).
+template <int EPI> __device__ __forceinline__ int flat_row(const k_skinny_args &sa, int f)
+{
+    int r0, r1;
+    task_rows<EPI>(sa, f >> 1, r0, r1);
+    return f & 1 ? r1 : r0;
+}
+
+// The four GEMMs of layer li as the skinny epilogues see them.
+__device__ __forceinline__ k_skinny_args gemm_args(const k_decode_args &a, const k_layer_w &L, int ph)
+{
+    k_skinny_args s = {};
+    s.M = a.M, s.eps = a.eps, s.nh = a.nh, s.nkv = a.nkv, s.hd = a.hd;
+    if (ph == PH_QKV) {
+        s.w = L.wqkv, s.y = a.qkv, s.N = (a.nh + 2 * a.nkv) * a.hd, s.K = a.h;
+        s.positions = a.positions, s.slot_mapping = a.slot_mapping, s.inv_freq = a.inv_freq;
+        s.k_cache = L.k_cache, s.v_cache = L.v_cache;
+    } else if (ph == PH_O) {
+        s.w = L.wo, s.y = a.x, s.N = a.h, s.K = a.nh * a.hd;
+    } else if (ph == PH_GU) {
+        s.w = L.wgu, s.y = a.act, s.N = 2 * a.I, s.K = a.h;
+    } else {
+        s.w = L.wdown, s.y = a.x, s.N = a.h, s.K = a.I;
+    }
+    return s;
+}
+
+__device__ __forceinline__ int upr_of(const k_decode_args &a, int ph)
+{
+    return ph == PH_QKV ? a.upr[0] : ph == PH_O ? a.upr[1] : ph == PH_GU ? a.upr[2] : a.upr[3];
+}
+
+// ---- producer --------------------------------------------------------------------------------
+
+template <int EPI>
+__device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, int u0, int u1, ds_ring &ring,
+                                             uint64_t pol)
+{
+    const int lane = threadIdx.x & 31;
+    const unsigned row_bytes = (unsigned)sa.K * 2;
+    for (int u = u0; u < u1; u++, ring.k++) {
+        const int f0 = u * upr, rows = min(upr, sa.N - f0);
+        const unsigned s = ring.k % ring.ns;
+        if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
+        if (lane == 0) mbar_expect_tx(&ring.full[s], row_bytes * rows);
+        __syncwarp();
+        if (lane < rows)
+            bulk_copy(ring.slot(ring.k) + lane * row_bytes, sa.w + (int64_t)flat_row<EPI>(sa, f0 + lane) * sa.K,
+                      row_bytes, &ring.full[s], pol);
+    }
+}
+
+// The block's old context tokens (all but each sequence's newest) in chunks of at most tps, in
+// sequence order; f(b, e, n, t0) gets sequence b, the chunk's first index e into the block's
+// token list, its length n, and its first position t0.
+template <typename F>
+__device__ __forceinline__ void for_chunks(const k_decode_args &a, const int *lens, int64_t lo, int64_t hi, F f)
+{
+    int64_t start = 0;
+    for (int b = 0; b < a.M; b++) {
+        const int64_t e_lo = max(lo, start), e_hi = min(hi, start + lens[b] - 1); // old tokens only
+        for (int64_t e = e_lo; e < e_hi; e += a.tps) f(b, (int)(e - lo), (int)min((int64_t)a.tps, e_hi - e), (int)(e - start));
+        start += lens[b];
+    }
+}
+
+__device__ void produce(const k_decode_args &a, const int *lens, int64_t lo, int64_t hi, const int32_t *toks,
+                        ds_ring &ring)
+{
+    const int lane = threadIdx.x & 31;
+    const uint64_t pol = evict_first_policy();
+    const unsigned kv_row = (unsigned)a.nkv * a.hd * 2; // bytes of one token's K (or V), all heads
+    for (int li = 0; li < a.num_layers; li++) {
+        const k_layer_w L = a.layers[li];
+        int u0, u1;
+        for (int ph = PH_QKV; ph <= PH_DOWN; ph++) {
+            if (ph == PH_ATTN) {
+                for_chunks(a, lens, lo, hi, [&](int, int e, int n, int) {
+                    const unsigned s = ring.k % ring.ns;
+                    if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
+                    if (lane == 0) mbar_expect_tx(&ring.full[s], 2 * kv_row * n);
+                    __syncwarp();
+                    const int j = lane & 15;
+                    if (j < n) {
+                        const bf16_t *src = (lane < 16 ? L.k_cache : L.v_cache) + (int64_t)toks[e + j] * a.nkv * a.hd;
+                        unsigned char *dst = ring.slot(ring.k) + (lane < 16 ? 0 : a.tps * kv_row) + j * kv_row;
+                        bulk_copy(dst, src, kv_row, &ring.full[s], pol);
+                    }
+                    ring.k++;
+                });
+                continue;
+            }
+            const k_skinny_args sa = gemm_args(a, L, ph);
+            const int upr = upr_of(a, ph), U = (sa.N + upr - 1) / upr;
+            my_units(U, li, ph, u0, u1);
+            if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, u0, u1, ring, pol);
+            else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, u0, u1, ring, pol);
+            else produce_gemm<K_EPI_RESIDUAL>(sa, upr, u0, u1, ring, pol);
+        }
+    }
+}
+
+// ---- consumers -------------------------------------------------------------------------------
+
+// Waits until every block's consumers have called it as often as this one's. Writes before it
+// are visible to ld.global.cg after it. With a trace buffer (k_set_decode_trace), thread 0
+// records for each of the first trace_n barriers its SM clock at arrival and at exit, the global
+// timer at exit, and the cycles warp 0 waited for ring data since the previous barrier.
+__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, ds_ring &ring)
+{
+    target += gridDim.x;
+    consumer_sync();
+    if (threadIdx.x == 0) {
+        const long long c0 = clock64();
+        __threadfence();
+        atomicAdd(a.barrier, 1u);
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(a.barrier) : "memory");
+        } while (v < target);
+        __threadfence();
+        const unsigned k = target / gridDim.x - 1;
+        if (a.trace && k < (unsigned)a.trace_n) {
+            unsigned long long *t = a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4;
+            t[0] = c0, t[1] = clock64(), t[2] = globaltimer(), t[3] = ring.waited;
+        }
+        ring.waited = 0;
+    }
+    consumer_sync();
+}
+
+// xs (M, K/8 chunks) = bf16(RMSNorm(x rows) * w), or a copy of the bf16 rows src.
+template <int M>
+__device__ __forceinline__ void stage_norm(const float *x, const bf16_t *w, int K, float eps, uint4 *xs,
+                                           float (*red)[M])
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = K / 8;
+    float inv[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const float4 *xr = reinterpret_cast<const float4 *>(x + (int64_t)m * K);
+        float ss = 0;
+        for (int c = threadIdx.x; c < C; c += DS_CTHREADS) {
+            const float4 p = __ldcg(xr + 2 * c), q = __ldcg(xr + 2 * c + 1);
+            ss += p.x * p.x + p.y * p.y + p.z * p.z + p.w * p.w + q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp][m] = ss;
+    }
+    consumer_sync();
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        float tot = 0;
+#pragma unroll
+        for (int k = 0; k < DS_CWARPS; k++) tot += red[k][m];
+        inv[m] = rsqrtf(tot / (float)K + eps);
+    }
+    const uint4 *nw = reinterpret_cast<const uint4 *>(w);
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const float4 *xr = reinterpret_cast<const float4 *>(x + (int64_t)m * K);
+        for (int c = threadIdx.x; c < C; c += DS_CTHREADS) {
+            const float4 p = __ldcg(xr + 2 * c), q = __ldcg(xr + 2 * c + 1);
+            float y[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w}, wf[8], o[8];
+            bf16x8_to_f32(__ldg(nw + c), wf);
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[j] = y[j] * inv[m] * wf[j];
+            xs[m * C + c] = f32_to_bf16x8(o);
+        }
+    }
+    consumer_sync();
+}
+
+template <int M> __device__ __forceinline__ void stage_copy(const bf16_t *src, int K, uint4 *xs)
+{
+    const uint4 *s = reinterpret_cast<const uint4 *>(src);
+    for (int i = threadIdx.x; i < M * K / 8; i += DS_CTHREADS) xs[i] = __ldcg(s + i);
+    consumer_sync();
+}
+
+// The block's units of one GEMM phase. A unit's rows are split into warp tasks of whole rows
+// (the RoPE or SiLU pair, or one row), task q of unit u going to warp (u * tasks + q) mod 8, so
+// that consecutive units run on different warps at once; the warp sums its rows and runs their
+// epilogue itself (lane m for sequence m). No block-wide synchronisation per unit: every warp
+// waits for each unit's bytes and releases the slot, reading it or not.
+template <int M, int EPI>
+__device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, int u0, int u1, const uint4 *xs,
+                                             ds_ring &ring)
+{
+    constexpr int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1; // rows per warp task
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = sa.K / 8, tpu = upr / RPW;
+    for (int u = u0; u < u1; u++, ring.k++) {
+        const int f0 = u * upr, rows = min(upr, sa.N - f0);
+        const int q = (warp - (u * tpu) % DS_CWARPS + DS_CWARPS) % DS_CWARPS;
+        ring.wait_full();
+        if (q >= tpu || q * RPW >= rows) {
+            ring.release();
+            continue;
+        }
+        float acc[RPW][M];
+#pragma unroll
+        for (int r = 0; r < RPW; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = 0;
+        const uint4 *ws = reinterpret_cast<const uint4 *>(ring.slot(ring.k)) + q * RPW * C;
+#pragma unroll 4
+        for (int c = lane; c < C; c += 32) {
+            uint4 xv[M];
+#pragma unroll
+            for (int m = 0; m < M; m++) xv[m] = xs[m * C + c];
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                const uint4 wv = ws[r * C + c];
+#pragma unroll
+                for (int m = 0; m < M; m++) acc[r][m] += dot8(wv, xv[m]);
+            }
+        }
+        ring.release();
+#pragma unroll
+        for (int r = 0; r < RPW; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
+        if (lane < M) {
+            float v[RPW];
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                v[r] = acc[r][0];
+#pragma unroll
+                for (int m = 1; m < M; m++)
+                    if (lane == m) v[r] = acc[r][m];
+            }
+            if (RPW == 2) {
+                epilogue<EPI>(sa, (f0 >> 1) + q, lane, v[0], v[RPW - 1]);
+            } else { // K_EPI_RESIDUAL: flat row f is weight row f
+                float *y = reinterpret_cast<float *>(sa.y) + (int64_t)lane * sa.N + f0 + q;
+                *y = __ldcg(y) + v[0];
+            }
+        }
+    }
+}
+
+// dims lane*DPL .. +DPL of a bf16 row, as floats
+template <int DPL> __device__ __forceinline__ void load_bf16(const bf16_t *p, float *f, bool cg)
+{
+    if (DPL == 4) {
+        const uint2 v = cg ? __ldcg(reinterpret_cast<const uint2 *>(p)) : *reinterpret_cast<const uint2 *>(p);
+        const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v.x));
+        const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v.y));
+        f[0] = x.x, f[1] = x.y, f[2] = y.x, f[3] = y.y;
+    } else {
+        const unsigned v = cg ? __ldcg(reinterpret_cast<const unsigned *>(p)) : *reinterpret_cast<const unsigned *>(p);
+        const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v));
+        f[0] = x.x, f[1] = x.y;
+    }
+}
+
+// Online-softmax update of one warp's heads with n (1..TPS) tokens whose K rows start at
+// k (token j at k + j * kstride, KV head h at + h * HD) and V rows at v. Every token slot is
+// computed (rows past n re-read row n - 1 and are masked), so the loads and shuffles of all
+// tokens are independent.
+template <int HD, int TPS>
+__device__ __forceinline__ void attend(const k_decode_args &a, int hpw, const float (&q)[DS_HPW_MAX][HD / 32],
+                                       float (&o)[DS_HPW_MAX][HD / 32], float (&mx)[DS_HPW_MAX],
+                                       float (&l)[DS_HPW_MAX], const bf16_t *k, const bf16_t *v, int kstride,
+                                       int n, bool cg)
+{
+    constexpr int DPL = HD / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = a.nh / a.nkv;
+#pragma unroll
+    for (int i = 0; i < DS_HPW_MAX; i++) {
+        if (i >= hpw) break;
+        const int off = (warp + DS_CWARPS * i) / grp * HD + lane * DPL;
+        float s[TPS], mnew = mx[i];
+#pragma unroll
+        for (int j = 0; j < TPS; j++) {
+            float kf[DPL], d = 0;
+            load_bf16<DPL>(k + (int64_t)min(j, n - 1) * kstride + off, kf, cg);
+#pragma unroll
+            for (int e = 0; e < DPL; e++) d = fmaf(q[i][e], kf[e], d);
+            s[j] = d;
+        }
+#pragma unroll
+        for (int j = 0; j < TPS; j++) {
+            s[j] = j < n ? warp_sum(s[j]) : -INFINITY;
+            mnew = fmaxf(mnew, s[j]);
+        }
+        const float corr = exp2f(mx[i] - mnew); // 0 on the first tokens (mx = -inf)
+        l[i] *= corr;
+#pragma unroll
+        for (int e = 0; e < DPL; e++) o[i][e] *= corr;
+#pragma unroll
+        for (int j = 0; j < TPS; j++) {
+            const float p = exp2f(s[j] - mnew); // 0 past n
+            float vf[DPL];
+            load_bf16<DPL>(v + (int64_t)min(j, n - 1) * kstride + off, vf, cg);
+            l[i] += p;
+#pragma unroll
+            for (int e = 0; e < DPL; e++) o[i][e] = fmaf(p, vf[e], o[i][e]);
+        }
+        mx[i] = mnew;
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, const int *lens, int64_t lo,
+                                             int64_t hi, ds_ring &ring)
+{
+    constexpr int DPL = HD / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hpw = a.nh / DS_CWARPS;
+    const int kstride = a.nkv * HD, qkv_stride = (a.nh + 2 * a.nkv) * HD;
+    const float qscale = a.scale * DS_LOG2E;
+    int64_t start = 0;
+    for (int b = 0; b < a.M; b++) {
+        const int64_t e_lo = max(lo, start), e_hi = min(hi, start + lens[b]);
+        if (e_lo < e_hi) {
+            const bool has_new = e_hi == start + lens[b];
+            float q[DS_HPW_MAX][DPL], o[DS_HPW_MAX][DPL], mx[DS_HPW_MAX], l[DS_HPW_MAX];
+#pragma unroll
+            for (int i = 0; i < DS_HPW_MAX; i++) {
+                mx[i] = -INFINITY, l[i] = 0;
+#pragma unroll
+                for (int e = 0; e < DPL; e++) q[i][e] = o[i][e] = 0;
+                if (i < hpw) {
+                    const float *qp = a.qkv + (int64_t)b * qkv_stride + (warp + DS_CWARPS * i) * HD + lane * DPL;
+#pragma unroll
+                    for (int e = 0; e < DPL; e++) q[i][e] = __ldcg(qp + e) * qscale;
+                }
+            }
+            const int64_t old_hi = has_new ? e_hi - 1 : e_hi;
+            for (int64_t e = e_lo; e < old_hi; e += a.tps, ring.k++) {
+                const int n = (int)min((int64_t)a.tps, old_hi - e);
+                ring.wait_full();
+                const bf16_t *ks = reinterpret_cast<const bf16_t *>(ring.slot(ring.k));
+                const bf16_t *vs = ks + a.tps * kstride;
+                if (a.tps <= 2) attend<HD, 2>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false);
+                else if (a.tps <= 4) attend<HD, 4>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false);
+                else attend<HD, DS_TPS_MAX>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false);
+                ring.release();
+            }
+            if (has_new) { // written by phase 1 of this layer: from the cache, through L2
+                const int64_t slot = a.slot_mapping[b];
+                attend<HD, 1>(a, hpw, q, o, mx, l, L.k_cache + slot * kstride, L.v_cache + slot * kstride, kstride,
+                              1, true);
+            }
+#pragma unroll
+            for (int i = 0; i < DS_HPW_MAX; i++) {
+                if (i >= hpw) break;
+                const int h = warp + DS_CWARPS * i;
+                float *dst = a.partials + (((int64_t)b * a.nh + h) * gridDim.x + blockIdx.x) * DS_PSTRIDE(HD);
+#pragma unroll
+                for (int e = 0; e < DPL; e++) __stcg(dst + lane * DPL + e, o[i][e]);
+                if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
+            }
+        }
+        start += lens[b];
+    }
+}
+
+// A block per (sequence, head): warp w merges partials w, w + 8, .. of the blocks whose token
+// range met the sequence, then the block merges its warps.
+template <int HD>
+__device__ __forceinline__ void combine(const k_decode_args &a, const int *lens, int64_t total, float *scratch)
+{
+    constexpr int DPL = HD / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
+    float *s_o = scratch, *s_m = scratch + DS_CWARPS * HD, *s_l = s_m + DS_CWARPS;
+    for (int it = blockIdx.x; it < a.M * a.nh; it += G) {
+        const int b = it / a.nh, h = it % a.nh;
+        int64_t start = 0;
+        for (int c = 0; c < b; c++) start += lens[c];
+        const int64_t end = start + lens[b];
+        // Blocks g with range [g T / G, (g+1) T / G) meeting [start, end): g in [g_lo, g_hi].
+        const int g_lo = (int)(((start + 1) * G + total - 1) / total) - 1;
+        const int g_hi = (int)((end * G + total - 1) / total) - 1;
+        const int P = g_hi - g_lo + 1, nw = P > warp ? (P - warp + DS_CWARPS - 1) / DS_CWARPS : 0;
+        const float *base = a.partials + ((int64_t)b * a.nh + h) * G * DS_PSTRIDE(HD);
+        float m = -INFINITY, lsum = 0;
+        bool ok = false;
+        if (lane < nw) {
+            const int g = g_lo + warp + DS_CWARPS * lane;
+            ok = tok_bound(g, total, G) < tok_bound(g + 1, total, G); // blocks with no tokens wrote nothing
+            if (ok) m = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD), lsum = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD + 1);
+        }
+        const unsigned valid = __ballot_sync(0xffffffffu, ok);
+        const float mw = warp_max(m), e = ok ? exp2f(m - mw) : 0.0f;
+        const float lw = warp_sum(e * lsum);
+        const int safe = valid ? __ffs(valid) - 1 : 0; // a partial that was written
+        float acc[DPL];
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[d] = 0;
+        for (int i0 = 0; i0 < nw; i0 += 8) { // eight partials' loads in flight at once
+            float v[8][DPL];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int i = i0 + k < nw && (valid >> (i0 + k) & 1) ? i0 + k : safe;
+                const float *p = base + (int64_t)(g_lo + warp + DS_CWARPS * i) * DS_PSTRIDE(HD) + lane * DPL;
+#pragma unroll
+                for (int d = 0; d < DPL; d++) v[k][d] = __ldcg(p + d);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float w = __shfl_sync(0xffffffffu, e, (i0 + k) & 31); // 0 for unwritten ones
+                if (i0 + k < nw)
+#pragma unroll
+                    for (int d = 0; d < DPL; d++) acc[d] = fmaf(w, v[k][d], acc[d]);
+            }
+        }
+#pragma unroll
+        for (int d = 0; d < DPL; d++) s_o[warp * HD + lane * DPL + d] = acc[d];
+        if (lane == 0) s_m[warp] = valid ? mw : -INFINITY, s_l[warp] = lw;
+        consumer_sync();
+        if (threadIdx.x < HD) {
+            float mt = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < DS_CWARPS; w++) mt = fmaxf(mt, s_m[w]);
+            float num = 0, den = 0;
+#pragma unroll
+            for (int w = 0; w < DS_CWARPS; w++) {
+                const float f = s_l[w] > 0 ? exp2f(s_m[w] - mt) : 0.0f;
+                num = fmaf(f, s_o[w * HD + threadIdx.x], num);
+                den = fmaf(f, s_l[w], den);
+            }
+            a.attn[(int64_t)b * a.nh * HD + h * HD + threadIdx.x] = bf16_bits(num / den);
+        }
+        consumer_sync();
+    }
+}
+
+template <int M, int HD>
+__global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_decode_args a)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ float s_nred[DS_CWARPS][M];
+    __shared__ int s_lens[4];
+    ds_ring ring;
+    ring.full = reinterpret_cast<uint64_t *>(smem);
+    ring.empty = ring.full + DS_MAX_SLOTS;
+    ring.slots = smem + a.ring_off;
+    ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0;
+    ring.timed = a.trace != nullptr && threadIdx.x == 0, ring.waited = 0;
+    unsigned char *scratch = smem + a.scratch_off;
+    int32_t *toks = reinterpret_cast<int32_t *>(smem + a.toks_off);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ring.ns; s++) mbar_init(&ring.full[s], 1), mbar_init(&ring.empty[s], DS_CWARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    if (threadIdx.x < M) s_lens[threadIdx.x] = a.seq_lens[threadIdx.x];
+    __syncthreads();
+    int lens[4] = {0, 0, 0, 0};
+    int64_t total = 0;
+#pragma unroll
+    for (int b = 0; b < M; b++) lens[b] = s_lens[b], total += lens[b];
+    const int64_t lo = tok_bound(blockIdx.x, total, gridDim.x), hi = tok_bound(blockIdx.x + 1, total, gridDim.x);
+
+    if (warp == DS_CWARPS) { // producer: physical slots of the block's tokens, then the stream
+        if (hi - lo > (a.smem - a.toks_off) / 4) __trap(); // more tokens than max_tokens promised
+        int64_t start = 0;
+        for (int b = 0; b < M; b++) {
+            const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
+            for (int64_t e = max(lo, start) + lane; e < min(hi, start + lens[b]); e += 32) {
+                const int t = (int)(e - start);
+                toks[e - lo] = __ldg(bt + t / a.block_size) * a.block_size + t % a.block_size;
+            }
+            start += lens[b];
+        }
+        __syncwarp();
+        produce(a, lens, lo, hi, toks, ring);
+        return;
+    }
+
+    uint4 *xs = reinterpret_cast<uint4 *>(scratch);
+    unsigned target = 0;
+    for (int li = 0; li < a.num_layers; li++) {
+        const k_layer_w L = a.layers[li];
+        int u0, u1;
+        if (li > 0) grid_sync(a, target, ring); // layer 0 reads the embeddings of the previous kernel
+        {
+            const k_skinny_args sa = gemm_args(a, L, PH_QKV);
+            stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
+            const int upr = a.upr[0];
+            my_units((sa.N + upr - 1) / upr, li, PH_QKV, u0, u1);
+            consume_gemm<M, K_EPI_ROPE_KV>(sa, upr, u0, u1, xs, ring);
+        }
+        grid_sync(a, target, ring);
+        consume_attn<HD>(a, L, lens, lo, hi, ring);
+        grid_sync(a, target, ring);
+        combine<HD>(a, lens, total, reinterpret_cast<float *>(scratch));
+        grid_sync(a, target, ring);
+        {
+            const k_skinny_args sa = gemm_args(a, L, PH_O);
+            stage_copy<M>(a.attn, sa.K, xs);
+            const int upr = a.upr[1];
+            my_units((sa.N + upr - 1) / upr, li, PH_O, u0, u1);
+            consume_gemm<M, K_EPI_RESIDUAL>(sa, upr, u0, u1, xs, ring);
+        }
+        grid_sync(a, target, ring);
+        {
+            const k_skinny_args sa = gemm_args(a, L, PH_GU);
+            stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
+            const int upr = a.upr[2];
+            my_units((sa.N + upr - 1) / upr, li, PH_GU, u0, u1);
+            consume_gemm<M, K_EPI_SILU>(sa, upr, u0, u1, xs, ring);
+        }
+        grid_sync(a, target, ring);
+        {
+            const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
+            stage_copy<M>(a.act, sa.K, xs);
+            const int upr = a.upr[3];
+            my_units((sa.N + upr - 1) / upr, li, PH_DOWN, u0, u1);
+            consume_gemm<M, K_EPI_RESIDUAL>(sa, upr, u0, u1, xs, ring);
+        }
+    }
+}
+
+// ---- host ------------------------------------------------------------------------------------
+
+static int ds_sms(void)
+{
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            n = 132;
+    }
+    return n;
+}
+
+static int ds_smem_optin(void)
+{
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || n <= 0)
+            n = 227 * 1024;
+    }
+    return n;
+}
+
+static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// Rows per ring unit for rows of K elements: as many as fit a slot, at most 8, even where the
+// epilogue pairs rows.
+static int32_t ds_upr(int32_t slot_bytes, int32_t K, bool paired)
+{
+    int64_t u = slot_bytes / ((int64_t)K * 2);
+    u = u > 8 ? 8 : u;
+    return (int32_t)(paired ? u & ~1 : u);
+}
+
+static int32_t slot_override; // k_set_decode_slot
+
+// Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
+static int ds_geometry(k_decode_args *a)
+{
+    const int32_t M = a->M, h = a->h, I = a->I, nh = a->nh, nkv = a->nkv, hd = a->hd;
+    if (M < 1 || M > 4 || (hd != 64 && hd != 128) || nkv < 1 || nh % nkv || nh % DS_CWARPS ||
+        nh / DS_CWARPS > DS_HPW_MAX || h % 8 || I % 8 || (nh * hd) % 8 || a->max_tokens < 1 ||
+        ds_sms() > DS_MAX_GRID)
+        return 0;
+    const int64_t kmax = h > I ? (h > nh * hd ? h : nh * hd) : (I > nh * hd ? I : nh * hd);
+    const int64_t kv_row = (int64_t)nkv * hd * 2;
+    int64_t slot = slot_override > 0 ? slot_override : 32768;
+    const int64_t need[] = {4LL * h, 2LL * I, 2LL * nh * hd, 2 * kv_row};
+    for (int i = 0; i < 4; i++) slot = slot > need[i] ? slot : need[i];
+    slot = round_up(slot, 128);
+    int64_t scratch = (int64_t)M * kmax * 2, comb = ((int64_t)DS_CWARPS * hd + 2 * DS_CWARPS) * 4;
+    scratch = round_up(scratch > comb ? scratch : comb, 128);
+    const int64_t toks = round_up(((int64_t)a->max_tokens + ds_sms() - 1) / ds_sms() * 4 + 4, 128);
+    const int64_t fixed = 2 * DS_MAX_SLOTS * 8; // mbarriers
+    const int64_t stat = 4 * (3 * DS_CWARPS * 4 + 4) + 256; // static shared memory, with slack
+    const int64_t avail = ds_smem_optin() - stat - fixed - scratch - toks;
+    int64_t ns = avail / slot;
+    if (ns > DS_MAX_SLOTS) ns = DS_MAX_SLOTS;
+    if (ns < 3) return 0;
+    a->slot_bytes = (int32_t)slot;
+    a->nslots = (int32_t)ns;
+    a->ring_off = (int32_t)fixed;
+    a->scratch_off = (int32_t)(fixed + ns * slot);
+    a->toks_off = (int32_t)(a->scratch_off + scratch);
+    a->smem = a->toks_off + (int32_t)toks;
+    a->upr[0] = ds_upr((int32_t)slot, h, true);
+    a->upr[1] = ds_upr((int32_t)slot, nh * hd, false);
+    a->upr[2] = ds_upr((int32_t)slot, h, true);
+    a->upr[3] = ds_upr((int32_t)slot, I, false);
+    a->tps = (int32_t)(slot / (2 * kv_row) < DS_TPS_MAX ? slot / (2 * kv_row) : DS_TPS_MAX);
+    return a->upr[0] >= 2 && a->upr[2] >= 2; // the RoPE and SiLU pairs share a unit
+}
+
+extern "C" int32_t k_decode_stream_grid(void) { return ds_sms(); }
+
+extern "C" void k_set_decode_slot(int32_t bytes) { slot_override = bytes; }
+
+extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
+                                         int32_t max_tokens)
+{
+    k_decode_args a = {};
+    a.M = M, a.h = h, a.I = I, a.nh = nh, a.nkv = nkv, a.hd = hd, a.max_tokens = max_tokens;
+    return ds_geometry(&a);
+}
+
+template <int M, int HD> static cudaError_t launch_ds(const k_decode_args *a, cudaStream_t stream)
+{
+    auto kern = decode_stream_kernel<M, HD>;
+    static bool attr = false;
+    cudaError_t err;
+    if (!attr) {
+        if ((err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        ds_smem_optin() - 4 * (3 * DS_CWARPS * 4 + 4) - 256)))
+            return err;
+        attr = true;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ds_sms());
+    cfg.blockDim = dim3(DS_THREADS);
+    cfg.dynamicSmemBytes = a->smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeCooperative; // every block resident, or a launch error
+    at[0].val.cooperative = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    if ((err = cudaLaunchKernelEx(&cfg, kern, *a))) return err;
+    return cudaGetLastError();
+}
+
+template <int HD> static cudaError_t ds_m(const k_decode_args *a, cudaStream_t stream)
+{
+    switch (a->M) {
+    case 1: return launch_ds<1, HD>(a, stream);
+    case 2: return launch_ds<2, HD>(a, stream);
+    case 3: return launch_ds<3, HD>(a, stream);
+    case 4: return launch_ds<4, HD>(a, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+static unsigned long long *trace_buf;
+static int32_t trace_len;
+
+extern "C" void k_set_decode_trace(unsigned long long *buf, int32_t barriers)
+{
+    trace_buf = buf;
+    trace_len = buf ? barriers : 0;
+}
+
+extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t stream)
+{
+    k_decode_args a = *args;
+    if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
+    a.trace = trace_buf, a.trace_n = trace_len;
+    return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
+}
