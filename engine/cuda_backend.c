@@ -15,8 +15,8 @@
  * others cuBLAS (bf16 in, fp32 compute). Steps of at most 8 rows (decode) run fused, five
  * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
- * small kernel cost more in launch and drain than its work. Pure-decode steps of at most 4
- * sequences (cuda_persistent) run all layers in one persistent kernel instead
+ * small kernel cost more in launch and drain than its work. With cuda_persistent, pure-decode
+ * steps of at most 4 sequences run all layers in one persistent kernel instead
  * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
  * through shared memory ahead of them. Pure-decode steps are captured as a CUDA graph and
  * replayed, one graph per (batch size, context-length bucket): the decode

@@ -197,43 +197,53 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
     }
 }
 
-// The block's old context tokens (all but each sequence's newest) in chunks of at most tps, in
-// sequence order; f(b, e, n, t0) gets sequence b, the chunk's first index e into the block's
-// token list, its length n, and its first position t0.
+// Attention work is the context tokens of all sequences laid end to end, once per KV-head group
+// (a.hg groups of nkv / hg KV heads): index e in [0, hg * total) is group e / total, token
+// e % total; block g takes [tok_bound(g), tok_bound(g + 1)). f(gi, b, e_lo, e_hi, base) gets each
+// (group, sequence) segment [e_lo, e_hi) the block's range [lo, hi) meets; position t of the
+// sequence is e - base.
 template <typename F>
-__device__ __forceinline__ void for_chunks(const k_decode_args &a, const int *lens, int64_t lo, int64_t hi, F f)
+__device__ __forceinline__ void for_segments(const k_decode_args &a, const int *lens, int64_t total, int64_t lo,
+                                             int64_t hi, F f)
 {
-    int64_t start = 0;
-    for (int b = 0; b < a.M; b++) {
-        const int64_t e_lo = max(lo, start), e_hi = min(hi, start + lens[b] - 1); // old tokens only
-        for (int64_t e = e_lo; e < e_hi; e += a.tps) f(b, (int)(e - lo), (int)min((int64_t)a.tps, e_hi - e), (int)(e - start));
-        start += lens[b];
+    for (int gi = (int)(lo / total); gi < a.hg && (int64_t)gi * total < hi; gi++) {
+        int64_t base = (int64_t)gi * total;
+        for (int b = 0; b < a.M; b++) {
+            const int64_t e_lo = max(lo, base), e_hi = min(hi, base + lens[b]);
+            if (e_lo < e_hi) f(gi, b, e_lo, e_hi, base);
+            base += lens[b];
+        }
     }
 }
 
-__device__ void produce(const k_decode_args &a, const int *lens, int64_t lo, int64_t hi, const int32_t *toks,
-                        ds_ring &ring)
+__device__ void produce(const k_decode_args &a, const int *lens, int64_t total, int64_t lo, int64_t hi,
+                        const int32_t *toks, ds_ring &ring)
 {
     const int lane = threadIdx.x & 31;
     const uint64_t pol = evict_first_policy();
-    const unsigned kv_row = (unsigned)a.nkv * a.hd * 2; // bytes of one token's K (or V), all heads
+    const int kvg = a.nkv / a.hg;                        // KV heads per group
+    const unsigned kv_row = (unsigned)kvg * a.hd * 2;    // bytes of one token's K (or V), one group
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
         int u0, u1;
         for (int ph = PH_QKV; ph <= PH_DOWN; ph++) {
             if (ph == PH_ATTN) {
-                for_chunks(a, lens, lo, hi, [&](int, int e, int n, int) {
-                    const unsigned s = ring.k % ring.ns;
-                    if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
-                    if (lane == 0) mbar_expect_tx(&ring.full[s], 2 * kv_row * n);
-                    __syncwarp();
-                    const int j = lane & 15;
-                    if (j < n) {
-                        const bf16_t *src = (lane < 16 ? L.k_cache : L.v_cache) + (int64_t)toks[e + j] * a.nkv * a.hd;
-                        unsigned char *dst = ring.slot(ring.k) + (lane < 16 ? 0 : a.tps * kv_row) + j * kv_row;
-                        bulk_copy(dst, src, kv_row, &ring.full[s], pol);
+                for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
+                    if (e_hi == base + lens[b]) e_hi--; // the newest token is read after phase 1 writes it
+                    for (int64_t e = e_lo; e < e_hi; e += a.tps, ring.k++) {
+                        const int n = (int)min((int64_t)a.tps, e_hi - e);
+                        const unsigned s = ring.k % ring.ns;
+                        if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
+                        if (lane == 0) mbar_expect_tx(&ring.full[s], 2 * kv_row * n);
+                        __syncwarp();
+                        const int j = lane & 15;
+                        if (j < n) {
+                            const bf16_t *src = (lane < 16 ? L.k_cache : L.v_cache) +
+                                                ((int64_t)toks[e - lo + j] * a.nkv + gi * kvg) * a.hd;
+                            unsigned char *dst = ring.slot(ring.k) + (lane < 16 ? 0 : a.tps * kv_row) + j * kv_row;
+                            bulk_copy(dst, src, kv_row, &ring.full[s], pol);
+                        }
                     }
-                    ring.k++;
                 });
                 continue;
             }
@@ -402,21 +412,22 @@ template <int DPL> __device__ __forceinline__ void load_bf16(const bf16_t *p, fl
 }
 
 // Online-softmax update of one warp's heads with n (1..TPS) tokens whose K rows start at
-// k (token j at k + j * kstride, KV head h at + h * HD) and V rows at v. Every token slot is
+// k (token j at k + j * kstride, KV head kv0 + h at + h * HD) and V rows at v; the warp's heads
+// are h0 + warp + 8 i. Every token slot is
 // computed (rows past n re-read row n - 1 and are masked), so the loads and shuffles of all
 // tokens are independent.
 template <int HD, int TPS>
 __device__ __forceinline__ void attend(const k_decode_args &a, int hpw, const float (&q)[DS_HPW_MAX][HD / 32],
                                        float (&o)[DS_HPW_MAX][HD / 32], float (&mx)[DS_HPW_MAX],
                                        float (&l)[DS_HPW_MAX], const bf16_t *k, const bf16_t *v, int kstride,
-                                       int n, bool cg)
+                                       int n, bool cg, int h0, int kv0)
 {
     constexpr int DPL = HD / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = a.nh / a.nkv;
 #pragma unroll
     for (int i = 0; i < DS_HPW_MAX; i++) {
         if (i >= hpw) break;
-        const int off = (warp + DS_CWARPS * i) / grp * HD + lane * DPL;
+        const int off = ((h0 + warp + DS_CWARPS * i) / grp - kv0) * HD + lane * DPL;
         float s[TPS], mnew = mx[i];
 #pragma unroll
         for (int j = 0; j < TPS; j++) {
@@ -449,58 +460,53 @@ __device__ __forceinline__ void attend(const k_decode_args &a, int hpw, const fl
 }
 
 template <int HD>
-__device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, const int *lens, int64_t lo,
-                                             int64_t hi, ds_ring &ring)
+__device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, const int *lens,
+                                             int64_t total, int64_t lo, int64_t hi, ds_ring &ring)
 {
     constexpr int DPL = HD / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hpw = a.nh / DS_CWARPS;
-    const int kstride = a.nkv * HD, qkv_stride = (a.nh + 2 * a.nkv) * HD;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hpg = a.nh / a.hg, hpw = hpg / DS_CWARPS;
+    const int kvg = a.nkv / a.hg, kstride = kvg * HD, qkv_stride = (a.nh + 2 * a.nkv) * HD;
     const float qscale = a.scale * DS_LOG2E;
-    int64_t start = 0;
-    for (int b = 0; b < a.M; b++) {
-        const int64_t e_lo = max(lo, start), e_hi = min(hi, start + lens[b]);
-        if (e_lo < e_hi) {
-            const bool has_new = e_hi == start + lens[b];
-            float q[DS_HPW_MAX][DPL], o[DS_HPW_MAX][DPL], mx[DS_HPW_MAX], l[DS_HPW_MAX];
+    for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
+        const bool has_new = e_hi == base + lens[b];
+        const int h0 = gi * hpg, kv0 = gi * kvg;
+        float q[DS_HPW_MAX][DPL], o[DS_HPW_MAX][DPL], mx[DS_HPW_MAX], l[DS_HPW_MAX];
 #pragma unroll
-            for (int i = 0; i < DS_HPW_MAX; i++) {
-                mx[i] = -INFINITY, l[i] = 0;
+        for (int i = 0; i < DS_HPW_MAX; i++) {
+            mx[i] = -INFINITY, l[i] = 0;
 #pragma unroll
-                for (int e = 0; e < DPL; e++) q[i][e] = o[i][e] = 0;
-                if (i < hpw) {
-                    const float *qp = a.qkv + (int64_t)b * qkv_stride + (warp + DS_CWARPS * i) * HD + lane * DPL;
+            for (int e = 0; e < DPL; e++) q[i][e] = o[i][e] = 0;
+            if (i < hpw) {
+                const float *qp = a.qkv + (int64_t)b * qkv_stride + (h0 + warp + DS_CWARPS * i) * HD + lane * DPL;
 #pragma unroll
-                    for (int e = 0; e < DPL; e++) q[i][e] = __ldcg(qp + e) * qscale;
-                }
-            }
-            const int64_t old_hi = has_new ? e_hi - 1 : e_hi;
-            for (int64_t e = e_lo; e < old_hi; e += a.tps, ring.k++) {
-                const int n = (int)min((int64_t)a.tps, old_hi - e);
-                ring.wait_full();
-                const bf16_t *ks = reinterpret_cast<const bf16_t *>(ring.slot(ring.k));
-                const bf16_t *vs = ks + a.tps * kstride;
-                if (a.tps <= 2) attend<HD, 2>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false);
-                else if (a.tps <= 4) attend<HD, 4>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false);
-                else attend<HD, DS_TPS_MAX>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false);
-                ring.release();
-            }
-            if (has_new) { // written by phase 1 of this layer: from the cache, through L2
-                const int64_t slot = a.slot_mapping[b];
-                attend<HD, 1>(a, hpw, q, o, mx, l, L.k_cache + slot * kstride, L.v_cache + slot * kstride, kstride,
-                              1, true);
-            }
-#pragma unroll
-            for (int i = 0; i < DS_HPW_MAX; i++) {
-                if (i >= hpw) break;
-                const int h = warp + DS_CWARPS * i;
-                float *dst = a.partials + (((int64_t)b * a.nh + h) * gridDim.x + blockIdx.x) * DS_PSTRIDE(HD);
-#pragma unroll
-                for (int e = 0; e < DPL; e++) __stcg(dst + lane * DPL + e, o[i][e]);
-                if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
+                for (int e = 0; e < DPL; e++) q[i][e] = __ldcg(qp + e) * qscale;
             }
         }
-        start += lens[b];
-    }
+        const int64_t old_hi = has_new ? e_hi - 1 : e_hi;
+        for (int64_t e = e_lo; e < old_hi; e += a.tps, ring.k++) {
+            const int n = (int)min((int64_t)a.tps, old_hi - e);
+            ring.wait_full();
+            const bf16_t *ks = reinterpret_cast<const bf16_t *>(ring.slot(ring.k));
+            const bf16_t *vs = ks + a.tps * kstride;
+            if (a.tps <= 2) attend<HD, 2>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false, h0, kv0);
+            else if (a.tps <= 4) attend<HD, 4>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false, h0, kv0);
+            else attend<HD, DS_TPS_MAX>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false, h0, kv0);
+            ring.release();
+        }
+        if (has_new) { // written by phase 1 of this layer: from the cache, through L2
+            const int64_t off = ((int64_t)a.slot_mapping[b] * a.nkv + kv0) * HD;
+            attend<HD, 1>(a, hpw, q, o, mx, l, L.k_cache + off, L.v_cache + off, kstride, 1, true, h0, kv0);
+        }
+#pragma unroll
+        for (int i = 0; i < DS_HPW_MAX; i++) {
+            if (i >= hpw) break;
+            const int h = h0 + warp + DS_CWARPS * i;
+            float *dst = a.partials + (((int64_t)b * a.nh + h) * gridDim.x + blockIdx.x) * DS_PSTRIDE(HD);
+#pragma unroll
+            for (int e = 0; e < DPL; e++) __stcg(dst + lane * DPL + e, o[i][e]);
+            if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
+        }
+    });
 }
 
 // A block per (sequence, head): warp w merges partials w, w + 8, .. of the blocks whose token
@@ -508,24 +514,25 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
 template <int HD>
 __device__ __forceinline__ void combine(const k_decode_args &a, const int *lens, int64_t total, float *scratch)
 {
+    const int64_t work = total * a.hg;
     constexpr int DPL = HD / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
     float *s_o = scratch, *s_m = scratch + DS_CWARPS * HD, *s_l = s_m + DS_CWARPS;
     for (int it = blockIdx.x; it < a.M * a.nh; it += G) {
         const int b = it / a.nh, h = it % a.nh;
-        int64_t start = 0;
+        int64_t start = (int64_t)(h / (a.nh / a.hg)) * total; // the head's group
         for (int c = 0; c < b; c++) start += lens[c];
         const int64_t end = start + lens[b];
-        // Blocks g with range [g T / G, (g+1) T / G) meeting [start, end): g in [g_lo, g_hi].
-        const int g_lo = (int)(((start + 1) * G + total - 1) / total) - 1;
-        const int g_hi = (int)((end * G + total - 1) / total) - 1;
+        // Blocks g with range [g W / G, (g+1) W / G) meeting [start, end): g in [g_lo, g_hi].
+        const int g_lo = (int)(((start + 1) * G + work - 1) / work) - 1;
+        const int g_hi = (int)((end * G + work - 1) / work) - 1;
         const int P = g_hi - g_lo + 1, nw = P > warp ? (P - warp + DS_CWARPS - 1) / DS_CWARPS : 0;
         const float *base = a.partials + ((int64_t)b * a.nh + h) * G * DS_PSTRIDE(HD);
         float m = -INFINITY, lsum = 0;
         bool ok = false;
         if (lane < nw) {
             const int g = g_lo + warp + DS_CWARPS * lane;
-            ok = tok_bound(g, total, G) < tok_bound(g + 1, total, G); // blocks with no tokens wrote nothing
+            ok = tok_bound(g, work, G) < tok_bound(g + 1, work, G); // blocks with no tokens wrote nothing
             if (ok) m = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD), lsum = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD + 1);
         }
         const unsigned valid = __ballot_sync(0xffffffffu, ok);
@@ -599,21 +606,20 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     int64_t total = 0;
 #pragma unroll
     for (int b = 0; b < M; b++) lens[b] = s_lens[b], total += lens[b];
-    const int64_t lo = tok_bound(blockIdx.x, total, gridDim.x), hi = tok_bound(blockIdx.x + 1, total, gridDim.x);
+    const int64_t lo = tok_bound(blockIdx.x, total * a.hg, gridDim.x);
+    const int64_t hi = tok_bound(blockIdx.x + 1, total * a.hg, gridDim.x);
 
     if (warp == DS_CWARPS) { // producer: physical slots of the block's tokens, then the stream
         if (hi - lo > (a.smem - a.toks_off) / 4) __trap(); // more tokens than max_tokens promised
-        int64_t start = 0;
-        for (int b = 0; b < M; b++) {
+        for_segments(a, lens, total, lo, hi, [&](int, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
             const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
-            for (int64_t e = max(lo, start) + lane; e < min(hi, start + lens[b]); e += 32) {
-                const int t = (int)(e - start);
+            for (int64_t e = e_lo + lane; e < e_hi; e += 32) {
+                const int t = (int)(e - base);
                 toks[e - lo] = __ldg(bt + t / a.block_size) * a.block_size + t % a.block_size;
             }
-            start += lens[b];
-        }
+        });
         __syncwarp();
-        produce(a, lens, lo, hi, toks, ring);
+        produce(a, lens, total, lo, hi, toks, ring);
         return;
     }
 
@@ -631,7 +637,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
             consume_gemm<M, K_EPI_ROPE_KV>(sa, upr, u0, u1, xs, ring);
         }
         grid_sync(a, target, ring);
-        consume_attn<HD>(a, L, lens, lo, hi, ring);
+        consume_attn<HD>(a, L, lens, total, lo, hi, ring);
         grid_sync(a, target, ring);
         combine<HD>(a, lens, total, reinterpret_cast<float *>(scratch));
         grid_sync(a, target, ring);
@@ -698,7 +704,8 @@ static int32_t ds_upr(int32_t slot_bytes, int32_t K, bool paired)
     return (int32_t)(paired ? u & ~1 : u);
 }
 
-static int32_t slot_override; // k_set_decode_slot
+static int32_t slot_override;   // k_set_decode_slot
+static int32_t groups_override; // k_set_decode_groups
 
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
 static int ds_geometry(k_decode_args *a)
@@ -709,14 +716,24 @@ static int ds_geometry(k_decode_args *a)
         ds_sms() > DS_MAX_GRID)
         return 0;
     const int64_t kmax = h > I ? (h > nh * hd ? h : nh * hd) : (I > nh * hd ? I : nh * hd);
-    const int64_t kv_row = (int64_t)nkv * hd * 2;
+    // KV-head groups of the attention split: the most that leave each consumer warp a query head
+    // (fewer partials per head to merge), unless set.
+    int32_t hg = 1;
+    while (nkv % (2 * hg) == 0 && nh / (2 * hg) >= DS_CWARPS && nh % (2 * hg * DS_CWARPS) == 0) hg *= 2;
+    if (groups_override > 0) {
+        if (nkv % groups_override || nh % (groups_override * DS_CWARPS)) return 0;
+        hg = groups_override;
+    }
+    if (nh / hg / DS_CWARPS > DS_HPW_MAX) return 0;
+    a->hg = hg;
+    const int64_t kv_row = (int64_t)nkv * hd * 2, kv_row_g = kv_row / hg;
     int64_t slot = slot_override > 0 ? slot_override : 32768;
     const int64_t need[] = {4LL * h, 2LL * I, 2LL * nh * hd, 2 * kv_row};
     for (int i = 0; i < 4; i++) slot = slot > need[i] ? slot : need[i];
     slot = round_up(slot, 128);
     int64_t scratch = (int64_t)M * kmax * 2, comb = ((int64_t)DS_CWARPS * hd + 2 * DS_CWARPS) * 4;
     scratch = round_up(scratch > comb ? scratch : comb, 128);
-    const int64_t toks = round_up(((int64_t)a->max_tokens + ds_sms() - 1) / ds_sms() * 4 + 4, 128);
+    const int64_t toks = round_up(((int64_t)a->max_tokens * hg + ds_sms() - 1) / ds_sms() * 4 + 4, 128);
     const int64_t fixed = 2 * DS_MAX_SLOTS * 8; // mbarriers
     const int64_t stat = 4 * (3 * DS_CWARPS * 4 + 4) + 256; // static shared memory, with slack
     const int64_t avail = ds_smem_optin() - stat - fixed - scratch - toks;
@@ -733,13 +750,15 @@ static int ds_geometry(k_decode_args *a)
     a->upr[1] = ds_upr((int32_t)slot, nh * hd, false);
     a->upr[2] = ds_upr((int32_t)slot, h, true);
     a->upr[3] = ds_upr((int32_t)slot, I, false);
-    a->tps = (int32_t)(slot / (2 * kv_row) < DS_TPS_MAX ? slot / (2 * kv_row) : DS_TPS_MAX);
+    a->tps = (int32_t)(slot / (2 * kv_row_g) < DS_TPS_MAX ? slot / (2 * kv_row_g) : DS_TPS_MAX);
     return a->upr[0] >= 2 && a->upr[2] >= 2; // the RoPE and SiLU pairs share a unit
 }
 
 extern "C" int32_t k_decode_stream_grid(void) { return ds_sms(); }
 
 extern "C" void k_set_decode_slot(int32_t bytes) { slot_override = bytes; }
+
+extern "C" void k_set_decode_groups(int32_t groups) { groups_override = groups; }
 
 extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
                                          int32_t max_tokens)

@@ -172,7 +172,7 @@ typedef struct k_decode_args {
     const float *inv_freq;  /* (hd/2) */
     int32_t max_tokens;     /* >= the sum of seq_lens of any launch (sizes shared memory) */
     /* Filled by k_decode_stream: */
-    int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4];
+    int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg;
     unsigned long long *trace; /* from k_set_decode_trace */
     int32_t trace_n;
 } k_decode_args;
@@ -187,6 +187,10 @@ void k_set_decode_trace(unsigned long long *buf, int32_t barriers);
 /* Bytes of a ring slot of later k_decode_stream launches (0: the default, 32 KB or the smallest
  * that holds two rows of the widest GEMM); for benchmarks. */
 void k_set_decode_slot(int32_t bytes);
+
+/* KV-head groups that later k_decode_stream launches split attention by (0: the default, as many
+ * as leave each consumer warp one query head; 1: tokens only); for benchmarks and tests. */
+void k_set_decode_groups(int32_t groups);
 
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */
