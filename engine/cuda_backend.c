@@ -369,7 +369,8 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
         TRY(dev_alloc((void **)&m->ds_partials,
                       (size_t)m->ds_seqs * mc->num_heads * k_decode_stream_grid() * (hd + 4) * 4,
                       "attention partials", e));
-        TRY(dev_alloc((void **)&m->ds_barrier, sizeof(unsigned), "grid barrier", e));
+        TRY(dev_alloc((void **)&m->ds_barrier, sizeof(unsigned) * (size_t)(1 + 4 * mc->num_layers),
+                      "grid barrier", e));
     }
     m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
     TRY(dev_alloc((void **)&m->d_meta, (size_t)m->meta_cap * 4, "step arrays", e));
@@ -440,7 +441,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
             .inv_freq = m->inv_freq,
             .max_tokens = (int32_t)min_i64(INT32_MAX, (int64_t)T * m->o.max_model_len),
         };
-        CU_TRY(cudaMemsetAsync(m->ds_barrier, 0, sizeof(unsigned), m->stream));
+        CU_TRY(cudaMemsetAsync(m->ds_barrier, 0, sizeof(unsigned) * (size_t)(1 + 4 * mc->num_layers), m->stream));
         CU_TRY(k_decode_stream(&ds, m->stream));
     }
     for (int32_t li = 0; li < mc->num_layers && !persistent; li++) {

@@ -113,6 +113,7 @@ __device__ __forceinline__ unsigned long long globaltimer()
 struct ds_ring {
     unsigned char *slots;
     uint64_t *full, *empty;
+    int *unit; // per slot: the GEMM unit it holds, or -1 for the end of the block's share of a phase
     int ns, slot_bytes;
     unsigned k; // units passed through the ring so far (this thread's count)
     bool timed; // trace on: count the cycles spent waiting for data
@@ -179,21 +180,36 @@ __device__ __forceinline__ int upr_of(const k_decode_args &a, int ph)
 
 // ---- producer --------------------------------------------------------------------------------
 
+// The block's units of one GEMM phase: [u0, u1) when claim is NULL, else claimed one at a time
+// from the phase's global counter (the next claim in flight while a unit's copies are issued), so
+// that blocks whose bytes arrive sooner take more; then an end-of-phase marker.
 template <int EPI>
-__device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, int u0, int u1, ds_ring &ring,
-                                             uint64_t pol)
+__device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, int u0, int u1, unsigned *claim,
+                                             ds_ring &ring, uint64_t pol)
 {
     const int lane = threadIdx.x & 31;
     const unsigned row_bytes = (unsigned)sa.K * 2;
-    for (int u = u0; u < u1; u++, ring.k++) {
-        const int f0 = u * upr, rows = min(upr, sa.N - f0);
+    const int U = (sa.N + upr - 1) / upr;
+    int u = u0;
+    if (claim) u = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(claim, 1u) : 0, 0);
+    for (;; ring.k++) {
+        int next = u + 1;
+        if (claim) next = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for at its use
+        const bool end = claim ? u >= U : u >= u1;
         const unsigned s = ring.k % ring.ns;
         if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
-        if (lane == 0) mbar_expect_tx(&ring.full[s], row_bytes * rows);
+        if (end) {
+            if (lane == 0) ring.unit[s] = -1, mbar_arrive(&ring.full[s]);
+            ring.k++;
+            return;
+        }
+        const int f0 = u * upr, rows = min(upr, sa.N - f0);
+        if (lane == 0) ring.unit[s] = u, mbar_expect_tx(&ring.full[s], row_bytes * rows);
         __syncwarp();
         if (lane < rows)
             bulk_copy(ring.slot(ring.k) + lane * row_bytes, sa.w + (int64_t)flat_row<EPI>(sa, f0 + lane) * sa.K,
                       row_bytes, &ring.full[s], pol);
+        u = claim ? __shfl_sync(0xffffffffu, next, 0) : next;
     }
 }
 
@@ -250,9 +266,10 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
             const k_skinny_args sa = gemm_args(a, L, ph);
             const int upr = upr_of(a, ph), U = (sa.N + upr - 1) / upr;
             my_units(U, li, ph, u0, u1);
-            if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, u0, u1, ring, pol);
-            else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, u0, u1, ring, pol);
-            else produce_gemm<K_EPI_RESIDUAL>(sa, upr, u0, u1, ring, pol);
+            unsigned *claim = a.dynamic ? a.barrier + 1 + li * 4 + (ph == PH_QKV ? 0 : ph - 1) : nullptr;
+            if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, u0, u1, claim, ring, pol);
+            else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, u0, u1, claim, ring, pol);
+            else produce_gemm<K_EPI_RESIDUAL>(sa, upr, u0, u1, claim, ring, pol);
         }
     }
 }
@@ -335,21 +352,27 @@ template <int M> __device__ __forceinline__ void stage_copy(const bf16_t *src, i
     consumer_sync();
 }
 
-// The block's units of one GEMM phase. A unit's rows are split into warp tasks of whole rows
-// (the RoPE or SiLU pair, or one row), task q of unit u going to warp (u * tasks + q) mod 8, so
+// The block's units of one GEMM phase, as the producer sends them, up to its end marker. A unit's
+// rows are split into warp tasks of whole rows (the RoPE or SiLU pair, or one row), task q of
+// the block's k-th ring unit going to warp (k * tasks + q) mod 8, so
 // that consecutive units run on different warps at once; the warp sums its rows and runs their
 // epilogue itself (lane m for sequence m). No block-wide synchronisation per unit: every warp
 // waits for each unit's bytes and releases the slot, reading it or not.
 template <int M, int EPI>
-__device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, int u0, int u1, const uint4 *xs,
-                                             ds_ring &ring)
+__device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, const uint4 *xs, ds_ring &ring)
 {
     constexpr int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1; // rows per warp task
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = sa.K / 8, tpu = upr / RPW;
-    for (int u = u0; u < u1; u++, ring.k++) {
-        const int f0 = u * upr, rows = min(upr, sa.N - f0);
-        const int q = (warp - (u * tpu) % DS_CWARPS + DS_CWARPS) % DS_CWARPS;
+    for (;; ring.k++) {
         ring.wait_full();
+        const int u = ring.unit[ring.k % ring.ns];
+        if (u < 0) { // the producer's end-of-phase marker
+            ring.release();
+            ring.k++;
+            return;
+        }
+        const int f0 = u * upr, rows = min(upr, sa.N - f0);
+        const int q = (int)((warp + DS_CWARPS - (ring.k * tpu) % DS_CWARPS) % DS_CWARPS);
         if (q >= tpu || q * RPW >= rows) {
             ring.release();
             continue;
@@ -586,7 +609,9 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ float s_nred[DS_CWARPS][M];
     __shared__ int s_lens[4];
+    __shared__ int s_unit[DS_MAX_SLOTS];
     ds_ring ring;
+    ring.unit = s_unit;
     ring.full = reinterpret_cast<uint64_t *>(smem);
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + a.ring_off;
@@ -627,14 +652,11 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     unsigned target = 0;
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
-        int u0, u1;
         if (li > 0) grid_sync(a, target, ring); // layer 0 reads the embeddings of the previous kernel
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
-            const int upr = a.upr[0];
-            my_units((sa.N + upr - 1) / upr, li, PH_QKV, u0, u1);
-            consume_gemm<M, K_EPI_ROPE_KV>(sa, upr, u0, u1, xs, ring);
+            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring);
         }
         grid_sync(a, target, ring);
         consume_attn<HD>(a, L, lens, total, lo, hi, ring);
@@ -644,25 +666,19 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
-            const int upr = a.upr[1];
-            my_units((sa.N + upr - 1) / upr, li, PH_O, u0, u1);
-            consume_gemm<M, K_EPI_RESIDUAL>(sa, upr, u0, u1, xs, ring);
+            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring);
         }
         grid_sync(a, target, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
-            const int upr = a.upr[2];
-            my_units((sa.N + upr - 1) / upr, li, PH_GU, u0, u1);
-            consume_gemm<M, K_EPI_SILU>(sa, upr, u0, u1, xs, ring);
+            consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring);
         }
         grid_sync(a, target, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
-            const int upr = a.upr[3];
-            my_units((sa.N + upr - 1) / upr, li, PH_DOWN, u0, u1);
-            consume_gemm<M, K_EPI_RESIDUAL>(sa, upr, u0, u1, xs, ring);
+            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring);
         }
     }
 }
@@ -706,6 +722,7 @@ static int32_t ds_upr(int32_t slot_bytes, int32_t K, bool paired)
 
 static int32_t slot_override;   // k_set_decode_slot
 static int32_t groups_override; // k_set_decode_groups
+static int32_t dynamic_units = 1; // k_set_decode_dynamic
 
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
 static int ds_geometry(k_decode_args *a)
@@ -759,6 +776,8 @@ extern "C" int32_t k_decode_stream_grid(void) { return ds_sms(); }
 extern "C" void k_set_decode_slot(int32_t bytes) { slot_override = bytes; }
 
 extern "C" void k_set_decode_groups(int32_t groups) { groups_override = groups; }
+
+extern "C" void k_set_decode_dynamic(int on) { dynamic_units = on; }
 
 extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
                                          int32_t max_tokens)
@@ -817,6 +836,6 @@ extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t s
 {
     k_decode_args a = *args;
     if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
-    a.trace = trace_buf, a.trace_n = trace_len;
+    a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units;
     return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
 }

@@ -164,13 +164,15 @@ typedef struct k_decode_args {
     float *qkv;             /* (M, (nh + 2 nkv) hd) scratch */
     bf16_t *attn, *act;     /* (M, nh*hd), (M, I) scratch */
     float *partials;        /* (M, nh, k_decode_stream_grid(), hd + 4) scratch */
-    unsigned *barrier;      /* one counter, zero at launch (the kernel counts its grid barriers) */
+    unsigned *barrier;      /* 1 + 4 num_layers counters, zero at launch: the grid barrier's, then
+                               each GEMM phase's unit claims */
     const int32_t *positions, *slot_mapping; /* (M) */
     const int32_t *seq_lens;                 /* (M), KV length after this step */
     const int32_t *block_tables;             /* (M, bt_stride) */
     int32_t bt_stride, block_size;
     const float *inv_freq;  /* (hd/2) */
     int32_t max_tokens;     /* >= the sum of seq_lens of any launch (sizes shared memory) */
+    int32_t dynamic;        /* set by k_decode_stream (k_set_decode_dynamic) */
     /* Filled by k_decode_stream: */
     int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg;
     unsigned long long *trace; /* from k_set_decode_trace */
@@ -191,6 +193,10 @@ void k_set_decode_slot(int32_t bytes);
 /* KV-head groups that later k_decode_stream launches split attention by (0: the default, as many
  * as leave each consumer warp one query head; 1: tokens only); for benchmarks and tests. */
 void k_set_decode_groups(int32_t groups);
+
+/* Whether later k_decode_stream launches hand out GEMM units dynamically (default 1: blocks claim
+ * them from a counter as their ring has room) or as fixed contiguous shares (0); for benchmarks. */
+void k_set_decode_dynamic(int on);
 
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */

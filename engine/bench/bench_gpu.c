@@ -595,10 +595,11 @@ static void whole_steps(void)
  * kernel's barrier trace on, and prints per phase of a layer (averaged over layers 1..30): the
  * time between consecutive barrier exits, the slowest and the mean block's work before the
  * barrier, the barrier's own cost (the wait of the last block to arrive) and the mean wait. */
-static void decode_trace(int B, int slot, int groups)
+static void decode_trace(int B, int slot, int groups, int dynamic)
 {
     k_set_decode_slot(slot);
     k_set_decode_groups(groups);
+    k_set_decode_dynamic(dynamic);
     const int bs = 16, S = 2112 / 16, L = 32, NB = 5 + 6 * (L - 1);
     engine eng;
     if (open_7b(&eng, 1024, 4, 4 * S, false, true, 8, true)) exit(1);
@@ -642,10 +643,11 @@ static void decode_trace(int B, int slot, int groups)
             wmax[ph] += mx / ghz, wmean[ph] += sum / grid / ghz, bar[ph] += mn / ghz, wait[ph] += ws / grid / ghz;
             cnt[ph]++;
         }
-        printf("\npersistent decode kernel, batch %d, ctx 1024, ring slots of %s, attention split %s: grid %d "
-               "blocks, SM clock %.2f GHz; per layer, mean over layers 1..30 (us); first to last barrier %.1f us\n",
-               B, slot ? "44 KB" : "32 KB (default)", groups == 1 ? "by tokens only" : "by KV-head groups (default)",
-               grid, ghz, (T(NB - 1, 0, 2) - T(0, 0, 2)) / 1e3);
+        printf("\npersistent decode kernel, batch %d, ctx 1024, ring slots of %s, attention split %s, GEMM units "
+               "%s: grid %d blocks, SM clock %.2f GHz; per layer, mean over layers 1..30 (us); first to last "
+               "barrier %.1f us\n", B, slot ? "44 KB" : "32 KB (default)",
+               groups == 1 ? "by tokens only" : "by KV-head groups (default)",
+               dynamic ? "claimed (default)" : "fixed shares", grid, ghz, (T(NB - 1, 0, 2) - T(0, 0, 2)) / 1e3);
         printf("| phase (before the barrier)     | barrier to barrier | slowest block's work | mean block's work | of which waiting for data (warp 0) | barrier (last arriver's wait) | mean wait |\n");
         printf("|---|---|---|---|---|---|---|\n");
         double tot = 0;
@@ -665,6 +667,7 @@ static void decode_trace(int B, int slot, int groups)
     engine_close(&eng);
     k_set_decode_slot(0);
     k_set_decode_groups(0);
+    k_set_decode_dynamic(1);
 }
 
 /* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
@@ -770,10 +773,10 @@ int main(int argc, char **argv)
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
-        decode_trace(1, 0, 0);
-        decode_trace(1, 44032, 0); /* two rows of the down projection (K = 11008) a slot */
-        decode_trace(1, 0, 1);
-        decode_trace(4, 0, 0);
+        decode_trace(1, 0, 0, 1);
+        decode_trace(1, 0, 0, 0);
+        decode_trace(1, 44032, 1, 1); /* two rows of the down projection (K = 11008) a slot */
+        decode_trace(4, 0, 0, 1);
     }
     stream = own;
     cublasDestroy(blas);
