@@ -16,7 +16,8 @@
  * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
  * small kernel cost more in launch and drain than its work. With cuda_persistent, pure-decode
- * steps of at most 4 sequences run all layers in one persistent kernel instead
+ * steps of at most cuda_persistent_seqs (default 1) sequences run all layers in one persistent
+ * kernel instead
  * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
  * through shared memory ahead of them. Pure-decode steps are captured as a CUDA graph and
  * replayed, one graph per (batch size, context-length bucket): the decode
@@ -344,7 +345,10 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
                   "attention partials", e));
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
-    for (int32_t M = (int32_t)min_i64(4, min_i64(T, N)); o->cuda_persistent && o->cuda_fuse && M >= 1; M--)
+    /* Largest batch it runs: cuda_persistent_seqs (default 1: faster than the five-kernel path
+     * there, slower at 2 and 4; docs/engine.md, "The streamed decode kernel"). */
+    int32_t ds_max = (int32_t)min_i64(min_i64(4, o->cuda_persistent_seqs), min_i64(T, N));
+    for (int32_t M = ds_max; o->cuda_persistent && o->cuda_fuse && M >= 1; M--)
         if (k_decode_stream_supported(M, h, I, mc->num_heads, mc->num_kv_heads, hd,
                                       (int32_t)min_i64(INT32_MAX, (int64_t)M * o->max_model_len))) {
             m->ds_seqs = M;
@@ -369,7 +373,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
         TRY(dev_alloc((void **)&m->ds_partials,
                       (size_t)m->ds_seqs * mc->num_heads * k_decode_stream_grid() * (hd + 4) * 4,
                       "attention partials", e));
-        TRY(dev_alloc((void **)&m->ds_barrier, sizeof(unsigned) * (size_t)(1 + 4 * mc->num_layers),
+        TRY(dev_alloc((void **)&m->ds_barrier, sizeof(unsigned) * K_DECODE_SYNC_WORDS(mc->num_layers),
                       "grid barrier", e));
     }
     m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
@@ -441,7 +445,8 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
             .inv_freq = m->inv_freq,
             .max_tokens = (int32_t)min_i64(INT32_MAX, (int64_t)T * m->o.max_model_len),
         };
-        CU_TRY(cudaMemsetAsync(m->ds_barrier, 0, sizeof(unsigned) * (size_t)(1 + 4 * mc->num_layers), m->stream));
+        CU_TRY(cudaMemsetAsync(m->ds_barrier, 0, sizeof(unsigned) * K_DECODE_SYNC_WORDS(mc->num_layers),
+                               m->stream));
         CU_TRY(k_decode_stream(&ds, m->stream));
     }
     for (int32_t li = 0; li < mc->num_layers && !persistent; li++) {

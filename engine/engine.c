@@ -26,7 +26,8 @@ void engine_opts_default(engine_opts *o)
         .cuda_pdl = true,
         .skinny_max_tokens = 8,
         .cuda_fuse = true,
-        .cuda_persistent = false,
+        .cuda_persistent = true,
+        .cuda_persistent_seqs = 1,
     };
 }
 

@@ -76,14 +76,15 @@ typedef struct engine_opts {
                                   weight-streaming kernel instead of cuBLAS (0: never) */
     bool cuda_fuse;            /* cuda: steps of at most 8 rows run the fused decode path (norms,
                                   RoPE + KV write and SiLU * up inside the skinny GEMMs) */
-    bool cuda_persistent;      /* cuda: pure-decode steps of at most 4 sequences run every layer
-                                  in one persistent kernel that streams weights and KV ahead of
-                                  its phases (shapes k_decode_stream_supported; needs cuda_fuse;
-                                  off by default until it measures faster: docs/engine.md) */
+    bool cuda_persistent;      /* cuda: pure-decode steps of at most cuda_persistent_seqs
+                                  sequences run every layer in one persistent kernel that streams
+                                  weights and KV ahead of its phases (shapes
+                                  k_decode_stream_supported; needs cuda_fuse) */
+    int32_t cuda_persistent_seqs; /* 1..4; default 1, the batch where it measured faster */
 } engine_opts;
 
-/* Fills the defaults above (backend "cuda"; graphs, PDL and fusion on, the persistent decode
- * kernel off; skinny GEMM up to 8 rows). */
+/* Fills the defaults above (backend "cuda"; graphs, PDL, fusion and the persistent decode
+ * kernel for batch 1 on; skinny GEMM up to 8 rows). */
 void engine_opts_default(engine_opts *o);
 
 typedef struct engine_backend_ops {

@@ -47,8 +47,8 @@ static void usage(FILE *f)
             "  --no-cuda-graphs      cuda backend: launch decode steps without a CUDA graph\n"
             "  --no-cuda-fuse        cuda backend: run decode steps unfused (separate norm,\n"
             "                        RoPE and SiLU kernels)\n"
-            "  --cuda-persistent     cuda backend: run decode steps of at most 4 sequences as one\n"
-            "                        persistent kernel for all layers (streamed weights)\n"
+            "  --no-cuda-persistent  cuda backend: run decode steps as five kernels a layer\n"
+            "                        instead of one persistent kernel for all layers\n"
             "  --save-checkpoint DIR write the synthetic model as a Hugging Face checkpoint\n"
             "                        (config.json + model.safetensors, bf16) and exit\n",
             engine_backend_names());
@@ -82,7 +82,7 @@ static double now_ms(void)
 
 enum { OPT_MODEL = 256, OPT_BACKEND, OPT_PROMPT, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_P, OPT_SEED,
        OPT_WSEED, OPT_DUMP, OPT_BLOCK, OPT_CHUNK, OPT_CPU_BF16, OPT_NO_GRAPHS, OPT_NO_FUSE,
-       OPT_PERSISTENT, OPT_SAVE, OPT_HELP };
+       OPT_NO_PERSISTENT, OPT_SAVE, OPT_HELP };
 
 static int bad_flag(const char *flag, const char *val)
 {
@@ -107,7 +107,7 @@ int generate_main(int argc, char **argv)
         {"cpu-bf16", no_argument, 0, OPT_CPU_BF16},
         {"no-cuda-graphs", no_argument, 0, OPT_NO_GRAPHS},
         {"no-cuda-fuse", no_argument, 0, OPT_NO_FUSE},
-        {"cuda-persistent", no_argument, 0, OPT_PERSISTENT},
+        {"no-cuda-persistent", no_argument, 0, OPT_NO_PERSISTENT},
         {"save-checkpoint", required_argument, 0, OPT_SAVE},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
@@ -155,7 +155,7 @@ int generate_main(int argc, char **argv)
         case OPT_CPU_BF16: o.cpu_round_bf16 = true; break;
         case OPT_NO_GRAPHS: o.cuda_graphs = false; break;
         case OPT_NO_FUSE: o.cuda_fuse = false; break;
-        case OPT_PERSISTENT: o.cuda_persistent = true; break;
+        case OPT_NO_PERSISTENT: o.cuda_persistent = false; break;
         case OPT_SAVE: save = optarg; break;
         case OPT_HELP: usage(stdout); return 0;
         default:

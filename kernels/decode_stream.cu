@@ -266,7 +266,9 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
             const k_skinny_args sa = gemm_args(a, L, ph);
             const int upr = upr_of(a, ph), U = (sa.N + upr - 1) / upr;
             my_units(U, li, ph, u0, u1);
-            unsigned *claim = a.dynamic ? a.barrier + 1 + li * 4 + (ph == PH_QKV ? 0 : ph - 1) : nullptr;
+            // Each counter on a 128-byte line of its own, away from the barrier's: the consumers
+            // spinning on the barrier slowed the claims (and the barrier) when they shared one.
+            unsigned *claim = a.dynamic ? a.barrier + 32 * (1 + li * 4 + (ph == PH_QKV ? 0 : ph - 1)) : nullptr;
             if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, u0, u1, claim, ring, pol);
             else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, u0, u1, claim, ring, pol);
             else produce_gemm<K_EPI_RESIDUAL>(sa, upr, u0, u1, claim, ring, pol);

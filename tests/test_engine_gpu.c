@@ -654,6 +654,7 @@ static int open_engine(engine *eng, const char *model, const char *backend, bool
     engine_opts o;
     engine_opts_default(&o);
     o.cuda_persistent = persistent_on;
+    o.cuda_persistent_seqs = 4;
     o.model = model;
     o.backend = backend;
     o.weight_seed = 99;
@@ -805,6 +806,7 @@ static void open_big(engine *eng, const char *model, bool graphs, bool persisten
     o.max_model_len = 1024;
     o.cuda_graphs = graphs;
     o.cuda_persistent = persistent;
+    o.cuda_persistent_seqs = 4;
     terr e = {{0}};
     ck_assert_msg(engine_open(eng, &o, &e) == 0, "engine_open(%s): %s", model, e.msg);
 }

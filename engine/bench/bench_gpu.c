@@ -475,6 +475,7 @@ static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bo
     engine_opts o;
     engine_opts_default(&o);
     o.cuda_persistent = persistent;
+    o.cuda_persistent_seqs = 4;
     o.model = "synthetic:llama-2-7b";
     o.backend = "cuda";
     o.weight_seed = 1;
