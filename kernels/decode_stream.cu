@@ -29,8 +29,10 @@
 //      cache directly.
 //   3. combine: a block per (sequence, head) merges its partials into the bf16 output.
 //   4. O + residual add; 5. RMSNorm + gate/up + SiLU * up; 6. down + residual add.
-// GEMM units are spread over blocks in contiguous runs, rotated per phase so that no block
-// always gets the extra unit.
+// GEMM units (up to 8 weight rows, one ring slot) are claimed by the producers from a counter
+// per phase as their rings have room, so blocks whose bytes arrive sooner take more; the producer
+// tells its consumers which unit a slot holds, and ends each phase with a marker slot.
+// (k_set_decode_dynamic(0): fixed contiguous shares, rotated per phase.)
 //
 // Coherence: everything written during the kernel is read with ld.global.cg (L2): an SM's L1 is
 // not coherent with other SMs' stores. The ring is only written by bulk copies of data the
