@@ -10,6 +10,15 @@
 
 extern int k_pdl_enabled;
 
+// An attribute of the current device, or fallback when it cannot be read.
+static inline int k_device_attr(cudaDeviceAttr attr, int fallback)
+{
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, attr, dev) != cudaSuccess || n <= 0)
+        return fallback;
+    return n;
+}
+
 // Waits until the previous kernel in the stream has finished and its writes are visible (a
 // no-op when this kernel was not launched as a programmatic dependent).
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

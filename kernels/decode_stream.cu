@@ -691,25 +691,13 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
 
 static int ds_sms(void)
 {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-            n = 132;
-    }
+    static const int n = k_device_attr(cudaDevAttrMultiProcessorCount, 132);
     return n;
 }
 
 static int ds_smem_optin(void)
 {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || n <= 0)
-            n = 227 * 1024;
-    }
+    static const int n = k_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 * 1024);
     return n;
 }
 

@@ -161,13 +161,7 @@ skinny_kernel(k_skinny_args a, int staged)
 
 static int num_sms(void)
 {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-            n = 132;
-    }
+    static const int n = k_device_attr(cudaDevAttrMultiProcessorCount, 132);
     return n;
 }
 
