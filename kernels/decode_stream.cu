@@ -22,13 +22,13 @@
 // Phases of a layer, each after a grid barrier (consumers only):
 //   1. QKV: RMSNorm of the residual rows into shared memory; units of upr weight rows; the
 //      epilogue is the fused path's RoPE + KV write (skinny_rows.cuh).
-//   2. attention partials: the block's contiguous share of all context tokens (all sequences
-//      laid end to end); the ring brings TPS tokens' K and V rows (all KV heads) per slot;
-//      warp w owns query heads w, w + 8, ..; online softmax; one partial (o, m, l) per
-//      (sequence, head, block). The newest token's K/V, written in phase 1, is read from the
-//      cache directly.
-//   3. combine: a block per (sequence, head) merges its partials into the bf16 output.
-//   4. O + residual add; 5. RMSNorm + gate/up + SiLU * up; 6. down + residual add.
+//   2. attention: the block's contiguous share of all context tokens but the newest (all
+//      sequences laid end to end, once per KV-head group); the ring brings TPS tokens' K and V
+//      rows per slot; warp w owns query heads w, w + 8, ..; online softmax; one partial (o, m, l)
+//      per (sequence, head, block). The last blocks of each (sequence, group) to finish merge
+//      its heads' partials with the newest token, whose K/V phase 1 wrote, into the bf16 output
+//      (finish_group: a counter, not a grid barrier).
+//   3. O + residual add; 4. RMSNorm + gate/up + SiLU * up; 5. down + residual add.
 // GEMM units (up to 8 weight rows, one ring slot) are claimed by the producers from a counter
 // per phase as their rings have room, so blocks whose bytes arrive sooner take more; the producer
 // tells its consumers which unit a slot holds, and ends each phase with a marker slot.
@@ -486,9 +486,134 @@ __device__ __forceinline__ void attend(const k_decode_args &a, int hpw, const fl
     }
 }
 
+// Merges head h of sequence b: the partials of blocks g_lo..g_hi (those with no tokens wrote
+// nothing) and the newest token, whose K/V phase 1 wrote to the cache; writes the bf16 output.
+// Warp w takes partials w, w + 8, .. (eight partials' loads in flight), warp 0 also the newest
+// token; then the block merges its warps through shared memory.
 template <int HD>
-__device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, const int *lens,
-                                             int64_t total, int64_t lo, int64_t hi, ds_ring &ring)
+__device__ __forceinline__ void merge_head(const k_decode_args &a, const k_layer_w &L, int b, int h, int g_lo,
+                                           int g_hi, int64_t work, float *scratch)
+{
+    constexpr int DPL = HD / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
+    float *s_o = scratch, *s_m = scratch + DS_CWARPS * HD, *s_l = s_m + DS_CWARPS;
+    const int P = g_hi - g_lo + 1, nw = P > warp ? (P - warp + DS_CWARPS - 1) / DS_CWARPS : 0;
+    const float *base = a.partials + ((int64_t)b * a.nh + h) * G * DS_PSTRIDE(HD);
+    float qn[DPL], kn[DPL], vn[DPL]; // warp 0: the newest token, loaded with the partials' m and l
+    if (warp == 0) {
+        const int qkv_stride = (a.nh + 2 * a.nkv) * HD;
+        const int64_t off = ((int64_t)a.slot_mapping[b] * a.nkv + h / (a.nh / a.nkv)) * HD + lane * DPL;
+        const float *qp = a.qkv + (int64_t)b * qkv_stride + h * HD + lane * DPL;
+#pragma unroll
+        for (int e = 0; e < DPL; e++) qn[e] = __ldcg(qp + e);
+        load_bf16<DPL>(L.k_cache + off, kn, true);
+        load_bf16<DPL>(L.v_cache + off, vn, true);
+    }
+    float m = -INFINITY, lsum = 0;
+    bool ok = false;
+    if (lane < nw) {
+        const int g = g_lo + warp + DS_CWARPS * lane;
+        if (tok_bound(g, work, G) < tok_bound(g + 1, work, G)) // empty blocks wrote nothing
+            m = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD), lsum = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD + 1);
+        ok = m > -INFINITY; // and a block whose only token was the newest wrote m = -inf
+    }
+    const unsigned valid = __ballot_sync(0xffffffffu, ok);
+    float mw = warp_max(m);
+    const float e = ok ? exp2f(m - mw) : 0.0f;
+    float lw = warp_sum(e * lsum);
+    const int safe = valid ? __ffs(valid) - 1 : 0; // a partial that was written
+    float acc[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; d++) acc[d] = 0;
+    for (int i0 = 0; i0 < (valid ? nw : 0); i0 += 8) {
+        float v[8][DPL];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int i = i0 + k < nw && (valid >> (i0 + k) & 1) ? i0 + k : safe;
+            const float *p = base + (int64_t)(g_lo + warp + DS_CWARPS * i) * DS_PSTRIDE(HD) + lane * DPL;
+#pragma unroll
+            for (int d = 0; d < DPL; d++) v[k][d] = __ldcg(p + d);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float w = __shfl_sync(0xffffffffu, e, (i0 + k) & 31); // 0 for unwritten ones
+            if (i0 + k < nw)
+#pragma unroll
+                for (int d = 0; d < DPL; d++) acc[d] = fmaf(w, v[k][d], acc[d]);
+        }
+    }
+    bool any = valid != 0;
+    if (warp == 0) { // the newest token as one more partial: m = its score, l = 1, o = its V row
+        float sd = 0;
+#pragma unroll
+        for (int d = 0; d < DPL; d++) sd = fmaf(qn[d], kn[d], sd);
+        const float sn = warp_sum(sd) * (a.scale * DS_LOG2E);
+        const float mn = any ? fmaxf(mw, sn) : sn, f = any ? exp2f(mw - mn) : 0.0f, en = exp2f(sn - mn);
+        lw = lw * f + en;
+#pragma unroll
+        for (int d = 0; d < DPL; d++) acc[d] = fmaf(en, vn[d], acc[d] * f);
+        mw = mn, any = true;
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; d++) s_o[warp * HD + lane * DPL + d] = acc[d];
+    if (lane == 0) s_m[warp] = any ? mw : -INFINITY, s_l[warp] = lw;
+    consumer_sync();
+    if (threadIdx.x < HD) {
+        float mt = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DS_CWARPS; w++) mt = fmaxf(mt, s_m[w]);
+        float num = 0, den = 0;
+#pragma unroll
+        for (int w = 0; w < DS_CWARPS; w++) {
+            const float f = s_l[w] > 0 ? exp2f(s_m[w] - mt) : 0.0f;
+            num = fmaf(f, s_o[w * HD + threadIdx.x], num);
+            den = fmaf(f, s_l[w], den);
+        }
+        a.attn[(int64_t)b * a.nh * HD + h * HD + threadIdx.x] = bf16_bits(num / den);
+    }
+    consumer_sync();
+}
+
+// After the block stored its partials of (sequence b, KV-head group gi), whose tokens are
+// [start, end) of the work: the P blocks that met them count themselves in, and the last
+// min(P, heads of the group) to arrive each merge some of the group's heads once all P are in.
+// So the merge follows the partials without a grid barrier between them, and the blocks that
+// finish early go on.
+template <int HD>
+__device__ __forceinline__ void finish_group(const k_decode_args &a, const k_layer_w &L, int li, int b, int gi,
+                                             int64_t start, int64_t end, int64_t work, float *scratch,
+                                             int *s_merge)
+{
+    const int G = gridDim.x, hpg = a.nh / a.hg;
+    // Blocks g with range [g W / G, (g+1) W / G) meeting [start, end): g in [g_lo, g_hi]; when
+    // W < G some of them are empty, and each non-empty one holds a single token.
+    const int g_lo = (int)(((start + 1) * G + work - 1) / work) - 1;
+    const int g_hi = (int)((end * G + work - 1) / work) - 1;
+    const int P = (int)min((int64_t)(g_hi - g_lo + 1), end - start), nm = min(P, hpg);
+    consumer_sync(); // every warp's partials stored
+    if (threadIdx.x == 0) {
+        unsigned *ctr = a.barrier + 32 * (1 + 4 * a.num_layers) + li * 16 + b * 4 + gi;
+        __threadfence();
+        const int k = (int)atomicAdd(ctr, 1u) - (P - nm); // this block's place among the mergers
+        if (k >= 0) {
+            unsigned v;
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+            } while (v < (unsigned)P);
+            __threadfence();
+        }
+        s_merge[0] = k;
+    }
+    consumer_sync();
+    const int k = s_merge[0];
+    if (k < 0) return;
+    for (int j = k; j < hpg; j += nm) merge_head<HD>(a, L, b, gi * hpg + j, g_lo, g_hi, work, scratch);
+}
+
+template <int HD>
+__device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, int li, const int *lens,
+                                             int64_t total, int64_t lo, int64_t hi, ds_ring &ring, float *scratch,
+                                             int *s_merge)
 {
     constexpr int DPL = HD / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hpg = a.nh / a.hg, hpw = hpg / DS_CWARPS;
@@ -520,10 +645,6 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
             else attend<HD, DS_TPS_MAX>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false, h0, kv0);
             ring.release();
         }
-        if (has_new) { // written by phase 1 of this layer: from the cache, through L2
-            const int64_t off = ((int64_t)a.slot_mapping[b] * a.nkv + kv0) * HD;
-            attend<HD, 1>(a, hpw, q, o, mx, l, L.k_cache + off, L.v_cache + off, kstride, 1, true, h0, kv0);
-        }
 #pragma unroll
         for (int i = 0; i < DS_HPW_MAX; i++) {
             if (i >= hpw) break;
@@ -533,78 +654,8 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
             for (int e = 0; e < DPL; e++) __stcg(dst + lane * DPL + e, o[i][e]);
             if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
         }
+        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge);
     });
-}
-
-// A block per (sequence, head): warp w merges partials w, w + 8, .. of the blocks whose token
-// range met the sequence, then the block merges its warps.
-template <int HD>
-__device__ __forceinline__ void combine(const k_decode_args &a, const int *lens, int64_t total, float *scratch)
-{
-    const int64_t work = total * a.hg;
-    constexpr int DPL = HD / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
-    float *s_o = scratch, *s_m = scratch + DS_CWARPS * HD, *s_l = s_m + DS_CWARPS;
-    for (int it = blockIdx.x; it < a.M * a.nh; it += G) {
-        const int b = it / a.nh, h = it % a.nh;
-        int64_t start = (int64_t)(h / (a.nh / a.hg)) * total; // the head's group
-        for (int c = 0; c < b; c++) start += lens[c];
-        const int64_t end = start + lens[b];
-        // Blocks g with range [g W / G, (g+1) W / G) meeting [start, end): g in [g_lo, g_hi].
-        const int g_lo = (int)(((start + 1) * G + work - 1) / work) - 1;
-        const int g_hi = (int)((end * G + work - 1) / work) - 1;
-        const int P = g_hi - g_lo + 1, nw = P > warp ? (P - warp + DS_CWARPS - 1) / DS_CWARPS : 0;
-        const float *base = a.partials + ((int64_t)b * a.nh + h) * G * DS_PSTRIDE(HD);
-        float m = -INFINITY, lsum = 0;
-        bool ok = false;
-        if (lane < nw) {
-            const int g = g_lo + warp + DS_CWARPS * lane;
-            ok = tok_bound(g, work, G) < tok_bound(g + 1, work, G); // blocks with no tokens wrote nothing
-            if (ok) m = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD), lsum = __ldcg(base + (int64_t)g * DS_PSTRIDE(HD) + HD + 1);
-        }
-        const unsigned valid = __ballot_sync(0xffffffffu, ok);
-        const float mw = warp_max(m), e = ok ? exp2f(m - mw) : 0.0f;
-        const float lw = warp_sum(e * lsum);
-        const int safe = valid ? __ffs(valid) - 1 : 0; // a partial that was written
-        float acc[DPL];
-#pragma unroll
-        for (int d = 0; d < DPL; d++) acc[d] = 0;
-        for (int i0 = 0; i0 < nw; i0 += 8) { // eight partials' loads in flight at once
-            float v[8][DPL];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int i = i0 + k < nw && (valid >> (i0 + k) & 1) ? i0 + k : safe;
-                const float *p = base + (int64_t)(g_lo + warp + DS_CWARPS * i) * DS_PSTRIDE(HD) + lane * DPL;
-#pragma unroll
-                for (int d = 0; d < DPL; d++) v[k][d] = __ldcg(p + d);
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float w = __shfl_sync(0xffffffffu, e, (i0 + k) & 31); // 0 for unwritten ones
-                if (i0 + k < nw)
-#pragma unroll
-                    for (int d = 0; d < DPL; d++) acc[d] = fmaf(w, v[k][d], acc[d]);
-            }
-        }
-#pragma unroll
-        for (int d = 0; d < DPL; d++) s_o[warp * HD + lane * DPL + d] = acc[d];
-        if (lane == 0) s_m[warp] = valid ? mw : -INFINITY, s_l[warp] = lw;
-        consumer_sync();
-        if (threadIdx.x < HD) {
-            float mt = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < DS_CWARPS; w++) mt = fmaxf(mt, s_m[w]);
-            float num = 0, den = 0;
-#pragma unroll
-            for (int w = 0; w < DS_CWARPS; w++) {
-                const float f = s_l[w] > 0 ? exp2f(s_m[w] - mt) : 0.0f;
-                num = fmaf(f, s_o[w * HD + threadIdx.x], num);
-                den = fmaf(f, s_l[w], den);
-            }
-            a.attn[(int64_t)b * a.nh * HD + h * HD + threadIdx.x] = bf16_bits(num / den);
-        }
-        consumer_sync();
-    }
 }
 
 template <int M, int HD>
@@ -614,6 +665,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     __shared__ float s_nred[DS_CWARPS][M];
     __shared__ int s_lens[4];
     __shared__ int s_unit[DS_MAX_SLOTS];
+    __shared__ int s_merge[1];
     ds_ring ring;
     ring.unit = s_unit;
     ring.full = reinterpret_cast<uint64_t *>(smem);
@@ -663,9 +715,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
             consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring);
         }
         grid_sync(a, target, ring);
-        consume_attn<HD>(a, L, lens, total, lo, hi, ring);
-        grid_sync(a, target, ring);
-        combine<HD>(a, lens, total, reinterpret_cast<float *>(scratch));
+        consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge);
         grid_sync(a, target, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);

@@ -164,8 +164,7 @@ typedef struct k_decode_args {
     float *qkv;             /* (M, (nh + 2 nkv) hd) scratch */
     bf16_t *attn, *act;     /* (M, nh*hd), (M, I) scratch */
     float *partials;        /* (M, nh, k_decode_stream_grid(), hd + 4) scratch */
-    unsigned *barrier;      /* K_DECODE_SYNC_WORDS(num_layers) counters, zero at launch: the grid
-                               barrier's, then each GEMM phase's unit claims (128 bytes apart) */
+    unsigned *barrier;      /* K_DECODE_SYNC_WORDS(num_layers) counters, zero at launch */
     const int32_t *positions, *slot_mapping; /* (M) */
     const int32_t *seq_lens;                 /* (M), KV length after this step */
     const int32_t *block_tables;             /* (M, bt_stride) */
@@ -190,8 +189,9 @@ void k_set_decode_trace(unsigned long long *buf, int32_t barriers);
  * that holds two rows of the widest GEMM); for benchmarks. */
 void k_set_decode_slot(int32_t bytes);
 
-/* Counters (unsigned) of k_decode_args.barrier for a model of L layers. */
-#define K_DECODE_SYNC_WORDS(L) (32 * (1 + 4 * (L)))
+/* Counters (unsigned) of k_decode_args.barrier for a model of L layers: the grid barrier's, each
+ * GEMM phase's unit claims (128 bytes apart), then 16 a layer for the attention merge. */
+#define K_DECODE_SYNC_WORDS(L) (32 * (1 + 4 * (L)) + 16 * (L))
 
 /* KV-head groups that later k_decode_stream launches split attention by (0: the default, as many
  * as leave each consumer warp one query head; 1: tokens only); for benchmarks and tests. */

@@ -601,7 +601,7 @@ static void decode_trace(int B, int slot, int groups, int dynamic)
     k_set_decode_slot(slot);
     k_set_decode_groups(groups);
     k_set_decode_dynamic(dynamic);
-    const int bs = 16, S = 2112 / 16, L = 32, NB = 5 + 6 * (L - 1);
+    const int bs = 16, S = 2112 / 16, L = 32, NB = 4 + 5 * (L - 1);
     engine eng;
     if (open_7b(&eng, 1024, 4, 4 * S, false, true, 8, true)) exit(1);
     step_buf sb = {0};
@@ -627,13 +627,12 @@ static void decode_trace(int B, int slot, int groups, int dynamic)
     } else {
         /* SM clock from block 0: cycles / ns between the first and last barrier exits */
         double ghz = (T(NB - 1, 0, 1) - T(0, 0, 1)) / (T(NB - 1, 0, 2) - T(0, 0, 2));
-        static const char *names[6] = {"down + residual (prev layer)", "norm + qkv + rope + kv",
-                                       "attention partials", "attention combine",
-                                       "o + residual", "norm + gate/up + silu"};
-        double wall[6] = {0}, wmax[6] = {0}, wmean[6] = {0}, bar[6] = {0}, wait[6] = {0}, data[6] = {0};
-        int cnt[6] = {0};
-        for (int k = 6; k < NB; k++) { /* barrier k ends the phase named names[(k - 5) % 6] */
-            int ph = (k - 5) % 6;
+        static const char *names[5] = {"down + residual (prev layer)", "norm + qkv + rope + kv",
+                                       "attention partials + merge", "o + residual", "norm + gate/up + silu"};
+        double wall[5] = {0}, wmax[5] = {0}, wmean[5] = {0}, bar[5] = {0}, wait[5] = {0}, data[5] = {0};
+        int cnt[5] = {0};
+        for (int k = 5; k < NB; k++) { /* barrier k ends the phase named names[(k - 4) % 5] */
+            int ph = (k - 4) % 5;
             double mx = 0, sum = 0, mn = 1e30, ws = 0, dw = 0;
             for (int b = 0; b < grid; b++) {
                 double work = T(k, b, 0) - T(k - 1, b, 1), w = T(k, b, 1) - T(k, b, 0);
@@ -652,8 +651,8 @@ static void decode_trace(int B, int slot, int groups, int dynamic)
         printf("| phase (before the barrier)     | barrier to barrier | slowest block's work | mean block's work | of which waiting for data (warp 0) | barrier (last arriver's wait) | mean wait |\n");
         printf("|---|---|---|---|---|---|---|\n");
         double tot = 0;
-        for (int p = 0; p < 6; p++) {
-            int q = (p + 1) % 6; /* print in layer order, starting with qkv */
+        for (int p = 0; p < 5; p++) {
+            int q = (p + 1) % 5; /* print in layer order, starting with qkv */
             printf("| %-30s | %8.2f | %8.2f | %8.2f | %8.2f | %8.2f | %8.2f |\n", names[q], wall[q] / cnt[q] / 1e3,
                    wmax[q] / cnt[q] / 1e3, wmean[q] / cnt[q] / 1e3, data[q] / cnt[q] / 1e3, bar[q] / cnt[q] / 1e3,
                    wait[q] / cnt[q] / 1e3);
