@@ -8,14 +8,14 @@
 // (sequence, head group) to finish (atomic counter) combines the partitions, so decode needs one
 // launch. Memory bound: every K and V byte of the context is read once.
 //
-// prefill_attn_kernel: 128 query rows of one sequence and one head per block (4 warps x 32
-// rows, so each K/V fragment loaded from shared memory feeds two MMAs); keys in tiles of 64
-// gathered from the pages with cp.async, double buffered; S = QK^T and O += PV on tensor cores
-// (mma.sync m16n8k16 bf16, fp32 accumulators, fragments by ldmatrix), online softmax in
-// registers (FlashAttention-2). Key tiles wholly past a warp's rows are skipped, and only tiles
-// that reach past an m16 tile's first row are masked. Row i of the sequence is position ctx + i and sees keys
-// 0..ctx+i: with the chunk's K/V already written to the cache this is prefill, chunked prefill
-// (a chunk after a cached prefix) and the causal mask in one.
+// prefill_attn_kernel: 128 query rows of one sequence and one head per block (8 warps x 16 rows);
+// keys in tiles of 64 gathered from the pages with cp.async, double buffered; S = QK^T and
+// O += PV on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fragments by ldmatrix),
+// online softmax in registers (FlashAttention-2), 64 keys per softmax update. Key tiles wholly
+// past a warp's rows are skipped, and only tiles that reach past an m16 tile's first row are
+// masked. Row i of the sequence is position ctx + i and sees keys 0..ctx+i: with the chunk's K/V
+// already written to the cache this is prefill, chunked prefill (a chunk after a cached prefix)
+// and the causal mask in one.
 //
 // Scores are scaled by log2(e)/sqrt(hd) up front so softmax uses exp2.
 #include <math.h>
@@ -277,14 +277,9 @@ extern "C" cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *d
 
 // ---- prefill ----------------------------------------------------------------------------------
 
-// FlashAttention-2's arrangement: 128 query rows per block, 4 warps of 32 rows (two m16 tiles, so
-// each K/V fragment read from shared memory feeds two MMAs), key tiles of 64 double buffered.
+// 128 query rows per block, key tiles of 64 double buffered.
 #define PF_BQ K_PREFILL_TILE
 #define PF_BK 64
-#define PF_WARPS 4
-#define PF_THREADS (PF_WARPS * 32)
-#define PF_MT (PF_BQ / (16 * PF_WARPS)) // m16 tiles per warp
-static_assert(PF_MT == 2, "32 query rows per warp");
 
 __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
@@ -326,15 +321,58 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 // Q tile, then K and V double buffers: 102 KB at hd 128, two blocks per SM.
 template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (HD + 8) * 2; }
 
-// SUB: keys per softmax update (32 or 64; k_set_prefill_sub).
-template <int HD, int PF_SUB>
-__global__ void __launch_bounds__(PF_THREADS, 2)
+// The kernel's schedule. The first version (4 warps x 32 rows, so each K/V fragment fed two
+// MMAs; `unroll 1` loops; exp2f; O rescaled on every update; history: 2710def) ran at ~165
+// TFLOP/s at n = 2048, hd 128, against ~300 for a good mma.sync FlashAttention-2 on Hopper: with
+// two 4-warp blocks per SM (two warps per scheduler) it was latency bound, not throughput bound,
+// so every change here keeps more independent work in flight per warp:
+//  - the head-dim (kk) loop and the sub-tile loop are unrolled, so the ldmatrix loads of step
+//    kk + 1 are issued while the MMAs of step kk run (with `unroll 1` each step waited for its
+//    own loads, ~30 cycles, with only one other warp to cover it);
+//  - exp2 is ex2.approx.ftz (one MUFU op; exp2f without --use_fast_math wraps it in extra
+//    instructions for denormals): inputs are s - m <= PF_SLACK and results are rounded to bf16, so the
+//    approximation (2 ulp) and flushing results below 2^-126 to zero cannot be seen;
+//  - the running max is raised only when a score exceeds it by more than PF_SLACK (log2 units),
+//    and O and l are rescaled only when some row of the warp raised it (a warp-uniform branch).
+//    The result is the same: exp2(s - m) and the final 1/l use the same stale m, which only
+//    lets p reach 2^PF_SLACK (bf16 and fp32 keep their relative precision). In a causal
+//    prefill the max settles after the first tiles, so the 128 multiplies of O per sub-tile
+//    (as many FP32 ops as the PV MMAs take issue slots) mostly disappear;
+//  - 8 warps of 16 rows (128 registers, so two blocks of 8 warps per SM fit): twice the warps
+//    hide latency, at more shared-memory reads per MMA (each K/V fragment feeds one m16 tile's
+//    MMAs instead of two); 64 keys per softmax update halve the Q fragment reloads and softmax
+//    bookkeeping per key for 16 more registers of S (no spills at hd 128).
+// pf_variant<V>: NW warps of 128 / NW query rows, SUB keys per softmax update. 0 is the kernel;
+// k_set_prefill_variant picks 1 (4 warps x 32 rows, SUB 32: the first version's arrangement,
+// 255 registers) or 2 (8 warps, SUB 32) for benchmarks. H200, n = 2048 (bench_engine_gpu
+// kernels): 0.165 ms for 0, 0.175 for 1, 0.168 for 2, 0.212 for the first version. Holding Q
+// fragments in registers was tried with 8 warps: with two blocks per SM it spills at hd 128, and
+// with one block per SM it ran no faster than the first version (175 and 167 TFLOP/s).
+#define PF_SLACK 8.0f
+
+__device__ __forceinline__ float ex2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <int V> struct pf_variant;
+template <> struct pf_variant<0> { static constexpr int NW = 8, SUB = 64, BPS = 2; };
+template <> struct pf_variant<1> { static constexpr int NW = 4, SUB = 32, BPS = 2; };
+template <> struct pf_variant<2> { static constexpr int NW = 8, SUB = 32, BPS = 2; };
+
+template <int HD, int V>
+__global__ void __launch_bounds__(pf_variant<V>::NW * 32, pf_variant<V>::BPS)
 prefill_attn_kernel(k_attn_args a, const int32_t *items)
 {
-    constexpr int LDS = HD + 8; // shared row stride (bf16): +16 bytes keeps ldmatrix conflict-free
-    constexpr int KSTEPS = HD / 16, NT = HD / 8;
-    constexpr int KV_ITERS = PF_BK * (HD / 8) / PF_THREADS; // 16-byte chunks per thread per tile
-    static_assert(PF_BK * (HD / 8) % PF_THREADS == 0, "whole chunks per thread");
+    constexpr int NW = pf_variant<V>::NW, SUB = pf_variant<V>::SUB;
+    constexpr int THREADS = NW * 32, MT = PF_BQ / (16 * NW); // m16 tiles per warp
+    constexpr int LDS = HD + 8, KSTEPS = HD / 16, NT = HD / 8;
+    constexpr int KV_ITERS = PF_BK * (HD / 8) / THREADS;
+    static_assert(MT >= 1 && MT * 16 * NW == PF_BQ, "whole m16 tiles per warp");
+    static_assert(KV_ITERS >= 1 && PF_BK * (HD / 8) % THREADS == 0, "whole chunks per thread");
+    static_assert(PF_BK % SUB == 0 && SUB % 16 == 0, "whole sub-tiles of k16 steps");
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *sQ = smem;                 // (BQ, LDS)
     uint16_t *sK = sQ + PF_BQ * LDS;     // (2, BK, LDS)
@@ -343,26 +381,23 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     griddep_wait();
     griddep_launch_next();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-    const int mi = lane >> 3, r8 = lane & 7; // ldmatrix: which 8x8 matrix this lane addresses, and its row
-    // grid (heads, items): every head of the first (longest) item is dispatched first
+    const int mi = lane >> 3, r8 = lane & 7;
     const int b = items[2 * blockIdx.y], i0 = items[2 * blockIdx.y + 1], head = blockIdx.x;
     const int q0 = a.query_start_loc[b], n = a.query_start_loc[b + 1] - q0;
     const int len = a.seq_lens[b], ctx = len - n;
     const int kvh = head / (a.nh / a.nkv), nq = min(PF_BQ, n - i0);
-    const int last_pos = ctx + i0 + nq - 1; // the furthest key any row of this tile sees
+    const int last_pos = ctx + i0 + nq - 1;
     const int ntiles = last_pos / PF_BK + 1;
     const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
     const int bs = a.block_size;
 
-    // The page lookups of a tile first, then its copies (the copies wait on no lookup). Offsets
-    // are kept in 16-byte units (32 bits cover 64 GiB of one layer's K) to save registers.
     const uint4 *kc16 = reinterpret_cast<const uint4 *>(a.k_cache);
     const uint4 *vc16 = reinterpret_cast<const uint4 *>(a.v_cache);
     auto load_kv = [&](int kt, int buf) {
         uint32_t off[KV_ITERS];
 #pragma unroll
         for (int it = 0; it < KV_ITERS; it++) {
-            int idx = tid + it * PF_THREADS, j = idx / (HD / 8), c = idx % (HD / 8);
+            int idx = tid + it * THREADS, j = idx / (HD / 8), c = idx % (HD / 8);
             int key = kt * PF_BK + j;
             off[it] = key <= last_pos
                           ? (uint32_t)((((int64_t)bt[key / bs] * bs + key % bs) * a.nkv + kvh) * (HD / 8) + c)
@@ -370,7 +405,7 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
         }
 #pragma unroll
         for (int it = 0; it < KV_ITERS; it++) {
-            int idx = tid + it * PF_THREADS, j = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
+            int idx = tid + it * THREADS, j = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
             bool ok = off[it] != 0xffffffffu;
             cp_async16(sK + (buf * PF_BK + j) * LDS + c, kc16 + (ok ? off[it] : 0), ok ? 16 : 0);
             cp_async16(sV + (buf * PF_BK + j) * LDS + c, vc16 + (ok ? off[it] : 0), ok ? 16 : 0);
@@ -379,9 +414,8 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     };
     load_kv(0, 0);
 
-    // Q tile, pre-scaled, to bf16 in shared memory (rows past nq are zeros).
     const float qscale = a.scale * LOG2E;
-    for (int idx = tid; idx < PF_BQ * (HD / 4); idx += PF_THREADS) {
+    for (int idx = tid; idx < PF_BQ * (HD / 4); idx += THREADS) {
         int r = idx / (HD / 4), c = (idx % (HD / 4)) * 4;
         float4 v = make_float4(0, 0, 0, 0);
         if (r < nq)
@@ -392,21 +426,18 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
         dst[1] = pack_bf16x2(v.z * qscale, v.w * qscale);
     }
 
-    // This warp's rows: wrow0 .. wrow0 + 31 of the tile; a thread holds rows g and g + 8 of each
-    // m16 tile. Rows past nq borrow the last valid position so their (discarded) softmax stays
-    // finite; a warp whose rows are all past nq computes nothing.
-    const int wrow0 = warp * 16 * PF_MT;
+    const int wrow0 = warp * 16 * MT;
     const bool warp_rows = wrow0 < nq;
-    const int warp_last = ctx + i0 + min(wrow0 + 16 * PF_MT - 1, nq - 1); // its last position
+    const int warp_last = ctx + i0 + min(wrow0 + 16 * MT - 1, nq - 1);
 
-    float o[PF_MT][NT][4];
+    float o[MT][NT][4];
 #pragma unroll
-    for (int mt = 0; mt < PF_MT; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int j = 0; j < NT; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0;
-    float mrow[PF_MT][2], lrow[PF_MT][2];
+    float mrow[MT][2], lrow[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < PF_MT; mt++) mrow[mt][0] = mrow[mt][1] = -INFINITY, lrow[mt][0] = lrow[mt][1] = 0;
+    for (int mt = 0; mt < MT; mt++) mrow[mt][0] = mrow[mt][1] = -INFINITY, lrow[mt][0] = lrow[mt][1] = 0;
 
     for (int kt = 0; kt < ntiles; kt++) {
         const int buf = kt & 1;
@@ -416,51 +447,44 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
         } else {
             cp_async_wait<0>();
         }
-        __syncthreads(); // tile kt (and, the first time, Q) is in shared memory
-        // The tile in sub-tiles of PF_SUB keys, each with its own softmax update: with 32, S for
-        // 32 rows takes 32 registers instead of 64 beside O's 128 (at 64 the kernel spilled, and
-        // the spills are served from L2 because shared memory takes the L1). Sub-tiles wholly past this
-        // warp's last row are skipped (causal: the last tiles of a 128-row block are beyond its
-        // first warps), and only those reaching past an m16 tile's first row are masked.
-#pragma unroll 1
-        for (int sub = 0; sub < PF_BK / PF_SUB; sub++) {
-            const int kbase = kt * PF_BK + sub * PF_SUB;
+        __syncthreads();
+#pragma unroll
+        for (int sub = 0; sub < PF_BK / SUB; sub++) {
+            const int kbase = kt * PF_BK + sub * SUB;
             if (!warp_rows || kbase > warp_last) continue;
-            const uint16_t *K = sK + (buf * PF_BK + sub * PF_SUB) * LDS;
-            const uint16_t *V = sV + (buf * PF_BK + sub * PF_SUB) * LDS;
-            float s[PF_MT][PF_SUB / 8][4];
+            const uint16_t *K = sK + (buf * PF_BK + sub * SUB) * LDS;
+            const uint16_t *Vs = sV + (buf * PF_BK + sub * SUB) * LDS;
+            float s[MT][SUB / 8][4];
 #pragma unroll
-            for (int mt = 0; mt < PF_MT; mt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int j = 0; j < PF_SUB / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
-#pragma unroll 1
+                for (int j = 0; j < SUB / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
+#pragma unroll
             for (int kk = 0; kk < KSTEPS; kk++) {
-                uint32_t qa[PF_MT][4];
+                uint32_t qa[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < PF_MT; mt++)
+                for (int mt = 0; mt < MT; mt++)
                     ldmatrix_x4(qa[mt], sQ + (wrow0 + mt * 16 + (mi & 1) * 8 + r8) * LDS + kk * 16 + (mi >> 1) * 8);
 #pragma unroll
-                for (int jp = 0; jp < PF_SUB / 16; jp++) {
+                for (int jp = 0; jp < SUB / 16; jp++) {
                     uint32_t kb[4]; // b0, b1 of key columns 16jp..16jp+7, then of 16jp+8..16jp+15
                     ldmatrix_x4(kb, K + ((2 * jp + (mi >> 1)) * 8 + r8) * LDS + kk * 16 + (mi & 1) * 8);
 #pragma unroll
-                    for (int mt = 0; mt < PF_MT; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         mma_bf16(s[mt][2 * jp], qa[mt], kb[0], kb[1]);
                         mma_bf16(s[mt][2 * jp + 1], qa[mt], kb[2], kb[3]);
                     }
                 }
             }
-            uint32_t pa[PF_MT][PF_SUB / 16][4];
+            uint32_t pa[MT][SUB / 16][4];
 #pragma unroll
-            for (int mt = 0; mt < PF_MT; mt++) {
-                const int rfirst = ctx + i0 + wrow0 + mt * 16; // the m16 tile's first position
+            for (int mt = 0; mt < MT; mt++) {
+                const int rfirst = ctx + i0 + wrow0 + mt * 16;
                 const int qp0 = ctx + i0 + min(wrow0 + mt * 16 + g, nq - 1);
                 const int qp1 = ctx + i0 + min(wrow0 + mt * 16 + g + 8, nq - 1);
-                // Causal mask, then the online softmax update for rows g (elements 0, 1) and
-                // g + 8 (2, 3).
-                if (kbase + PF_SUB - 1 > rfirst) {
+                if (kbase + SUB - 1 > rfirst) {
 #pragma unroll
-                    for (int j = 0; j < PF_SUB / 8; j++) {
+                    for (int j = 0; j < SUB / 8; j++) {
                         int key = kbase + j * 8 + tq * 2;
                         if (key > qp0) s[mt][j][0] = -INFINITY;
                         if (key + 1 > qp0) s[mt][j][1] = -INFINITY;
@@ -470,7 +494,7 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                 }
                 float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-                for (int j = 0; j < PF_SUB / 8; j++) {
+                for (int j = 0; j < SUB / 8; j++) {
                     mx0 = fmaxf(mx0, fmaxf(s[mt][j][0], s[mt][j][1]));
                     mx1 = fmaxf(mx1, fmaxf(s[mt][j][2], s[mt][j][3]));
                 }
@@ -479,56 +503,61 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
                     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
                     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
                 }
-                // Key 0 is visible to every row and the first sub-tile is never skipped, so
-                // after it the running max is finite.
-                const float mn0 = fmaxf(mrow[mt][0], mx0), mn1 = fmaxf(mrow[mt][1], mx1);
-                const float al0 = exp2f(mrow[mt][0] - mn0), al1 = exp2f(mrow[mt][1] - mn1);
-                mrow[mt][0] = mn0, mrow[mt][1] = mn1;
+                // Raise a row's max only past the slack (the first sub-tile always raises it:
+                // it holds key 0, which every row sees, and -inf + slack is -inf); the quad of
+                // a row agrees, so each row keeps one max.
+                const bool up0 = mx0 > mrow[mt][0] + PF_SLACK, up1 = mx1 > mrow[mt][1] + PF_SLACK;
+                if (__any_sync(0xffffffffu, up0 || up1)) {
+                    const float al0 = up0 ? ex2_approx(mrow[mt][0] - mx0) : 1.0f;
+                    const float al1 = up1 ? ex2_approx(mrow[mt][1] - mx1) : 1.0f;
+                    if (up0) mrow[mt][0] = mx0;
+                    if (up1) mrow[mt][1] = mx1;
+                    lrow[mt][0] *= al0, lrow[mt][1] *= al1;
+#pragma unroll
+                    for (int j = 0; j < NT; j++) {
+                        o[mt][j][0] *= al0, o[mt][j][1] *= al0;
+                        o[mt][j][2] *= al1, o[mt][j][3] *= al1;
+                    }
+                }
+                const float m0 = mrow[mt][0], m1 = mrow[mt][1];
                 float ps0 = 0, ps1 = 0;
 #pragma unroll
-                for (int j = 0; j < PF_SUB / 8; j++) {
-                    s[mt][j][0] = exp2f(s[mt][j][0] - mn0), s[mt][j][1] = exp2f(s[mt][j][1] - mn0);
-                    s[mt][j][2] = exp2f(s[mt][j][2] - mn1), s[mt][j][3] = exp2f(s[mt][j][3] - mn1);
+                for (int j = 0; j < SUB / 8; j++) {
+                    s[mt][j][0] = ex2_approx(s[mt][j][0] - m0), s[mt][j][1] = ex2_approx(s[mt][j][1] - m0);
+                    s[mt][j][2] = ex2_approx(s[mt][j][2] - m1), s[mt][j][3] = ex2_approx(s[mt][j][3] - m1);
                     ps0 += s[mt][j][0] + s[mt][j][1];
                     ps1 += s[mt][j][2] + s[mt][j][3];
                 }
-                lrow[mt][0] = lrow[mt][0] * al0 + ps0;
-                lrow[mt][1] = lrow[mt][1] * al1 + ps1;
+                lrow[mt][0] += ps0;
+                lrow[mt][1] += ps1;
 #pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    o[mt][j][0] *= al0, o[mt][j][1] *= al0;
-                    o[mt][j][2] *= al1, o[mt][j][3] *= al1;
-                }
-                // P as the A fragment of P V: the S accumulators of key columns 16k..16k+15.
-#pragma unroll
-                for (int kk = 0; kk < PF_SUB / 16; kk++) {
+                for (int kk = 0; kk < SUB / 16; kk++) {
                     pa[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
                     pa[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
                     pa[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
                     pa[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                 }
             }
-            // O += P V
 #pragma unroll
-            for (int kk = 0; kk < PF_SUB / 16; kk++) {
+            for (int kk = 0; kk < SUB / 16; kk++) {
 #pragma unroll
                 for (int j2 = 0; j2 < NT / 2; j2++) {
                     uint32_t vb[4];
-                    ldmatrix_x4_trans(vb, V + (kk * 16 + (mi & 1) * 8 + r8) * LDS + (2 * j2 + (mi >> 1)) * 8);
+                    ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r8) * LDS + (2 * j2 + (mi >> 1)) * 8);
 #pragma unroll
-                    for (int mt = 0; mt < PF_MT; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         mma_bf16(o[mt][2 * j2], pa[mt][kk], vb[0], vb[1]);
                         mma_bf16(o[mt][2 * j2 + 1], pa[mt][kk], vb[2], vb[3]);
                     }
                 }
             }
         }
-        __syncthreads(); // everyone is done with buf before it is refilled
+        __syncthreads();
     }
 
     if (!warp_rows) return;
 #pragma unroll
-    for (int mt = 0; mt < PF_MT; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
         float l0 = lrow[mt][0], l1 = lrow[mt][1];
 #pragma unroll
         for (int off = 1; off < 4; off <<= 1) {
@@ -550,40 +579,56 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     }
 }
 
-template <int HD, int SUB> static cudaError_t prefill_attr(void)
+template <int HD, int V> static cudaError_t prefill_attr(void)
 {
     static bool done = false;
     if (done) return cudaSuccess;
-    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD, SUB>,
+    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD, V>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, pf_smem_bytes<HD>());
     done = err == cudaSuccess;
     return err;
 }
 
-cudaError_t k_prefill_init(void)
+template <int HD, int V>
+static cudaError_t launch_prefill_v(const k_attn_args *a, const int32_t *items, int32_t num_items,
+                                    cudaStream_t stream)
 {
-    cudaError_t e[6] = {prefill_attr<32, 32>(), prefill_attr<64, 32>(), prefill_attr<128, 32>(),
-                        prefill_attr<32, 64>(), prefill_attr<64, 64>(), prefill_attr<128, 64>()};
-    for (int i = 0; i < 6; i++)
+    cudaError_t err = prefill_attr<HD, V>();
+    if (err != cudaSuccess) return err;
+    return k_launch(prefill_attn_kernel<HD, V>, dim3(a->nh, num_items), dim3(pf_variant<V>::NW * 32),
+                    pf_smem_bytes<HD>(), stream, *a, items);
+}
+
+// Every instantiation's shared-memory limit up front (not lazily inside a graph capture).
+template <int HD> static cudaError_t prefill_init(void)
+{
+    const cudaError_t e[3] = {prefill_attr<HD, 0>(), prefill_attr<HD, 1>(), prefill_attr<HD, 2>()};
+    for (int i = 0; i < 3; i++)
         if (e[i] != cudaSuccess) return e[i];
     return cudaSuccess;
 }
 
-static int prefill_sub = 32;
-extern "C" void k_set_prefill_sub(int keys) { prefill_sub = keys == 64 ? 64 : 32; }
+cudaError_t k_prefill_init(void)
+{
+    cudaError_t err;
+    if ((err = prefill_init<32>()) != cudaSuccess) return err;
+    if ((err = prefill_init<64>()) != cudaSuccess) return err;
+    return prefill_init<128>();
+}
+
+static int prefill_variant = 0;
+extern "C" void k_set_prefill_variant(int v) { prefill_variant = v >= 1 && v <= K_PREFILL_VARIANTS ? v : 0; }
 
 template <int HD>
 static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                   cudaStream_t stream)
 {
-    cudaError_t err = prefill_sub == 64 ? prefill_attr<HD, 64>() : prefill_attr<HD, 32>();
-    if (err != cudaSuccess) return err;
     if (num_items > 65535) return cudaErrorInvalidValue;
-    if (prefill_sub == 64)
-        return k_launch(prefill_attn_kernel<HD, 64>, dim3(a->nh, num_items), dim3(PF_THREADS),
-                        pf_smem_bytes<HD>(), stream, *a, items);
-    return k_launch(prefill_attn_kernel<HD, 32>, dim3(a->nh, num_items), dim3(PF_THREADS),
-                    pf_smem_bytes<HD>(), stream, *a, items);
+    switch (prefill_variant) {
+    case 1: return launch_prefill_v<HD, 1>(a, items, num_items, stream);
+    case 2: return launch_prefill_v<HD, 2>(a, items, num_items, stream);
+    default: return launch_prefill_v<HD, 0>(a, items, num_items, stream);
+    }
 }
 
 extern "C" cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items,

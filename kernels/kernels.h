@@ -145,8 +145,11 @@ cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
 cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                 cudaStream_t stream);
 
-/* Keys per online-softmax update of the prefill kernel, 32 (default) or 64. */
-void k_set_prefill_sub(int keys);
+/* Which schedule of the prefill kernel later k_prefill_attention launches use: 0 (default) the
+ * kernel's, 1..K_PREFILL_VARIANTS the alternatives measured against it in attention.cu (the same
+ * function); other values select 0. For benchmarks and tests. */
+#define K_PREFILL_VARIANTS 2
+void k_set_prefill_variant(int variant);
 
 /* One layer's weights and KV cache, as the streamed decode kernel reads them (device array). */
 typedef struct k_layer_w {

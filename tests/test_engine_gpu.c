@@ -549,30 +549,36 @@ static void check_attention(gsl_rng *r, attn_case ac, const int32_t (*seqs)[2], 
                      .block_tables = dbt, .bt_stride = S, .nh = nh, .nkv = nkv, .hd = hd,
                      .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
     float *g = NULL;
-    for (int rep = 0; rep < 3; rep++) { /* again: the split-K counters must have reset; the third
-                                          time, into fresh NaNs, with 64-key softmax updates in
-                                          the prefill kernel */
-        if (rep == 2) {
-            k_set_prefill_sub(64);
-            CK_CUDA(cudaMemset(dout, 0xff, 2 * (size_t)T * nh * hd));
-        }
+    for (int rep = 0; rep < 2; rep++) { /* again: the split-K counters must have reset */
         CK_CUDA(k_decode_attention(&a, ddec, nd, partition, max_parts, dpart, dctr, 0));
         CK_CUDA(k_prefill_attention(&a, ditems, np, 0));
-        k_set_prefill_sub(32);
         download(gb, dout, 2 * (size_t)T * nh * hd);
         float *gr = bf16_to_floats(gb, (int64_t)T * nh * hd);
-        if (rep != 1) {
+        if (rep == 0) {
             char what[128];
-            snprintf(what, sizeof what, "attention %s nh=%d nkv=%d hd=%d P=%d (%d dec, %d tiles)%s",
-                     label, nh, nkv, hd, partition, nd, np, rep ? " sub 64" : "");
+            snprintf(what, sizeof what, "attention %s nh=%d nkv=%d hd=%d P=%d (%d dec, %d tiles)", label, nh,
+                     nkv, hd, partition, nd, np);
             expect_close_floor(what, gr, c, (int64_t)T * nh * hd, TOL_NORM, TOL_ELEM, 1.0);
-            if (rep == 0) g = gr;
-            else free(gr);
+            g = gr;
         } else {
             ck_assert_msg(memcmp(gr, g, 4 * (size_t)T * nh * hd) == 0,
                           "attention %s: a second launch gave other results (counters not reset?)", label);
             free(gr);
         }
+    }
+    for (int v = 0; v <= K_PREFILL_VARIANTS; v++) { /* each schedule of the prefill kernel, into fresh NaNs */
+        k_set_prefill_variant(v);
+        CK_CUDA(cudaMemset(dout, 0xff, 2 * (size_t)T * nh * hd));
+        CK_CUDA(k_decode_attention(&a, ddec, nd, partition, max_parts, dpart, dctr, 0));
+        CK_CUDA(k_prefill_attention(&a, ditems, np, 0));
+        k_set_prefill_variant(0);
+        download(gb, dout, 2 * (size_t)T * nh * hd);
+        float *gr = bf16_to_floats(gb, (int64_t)T * nh * hd);
+        char what[128];
+        snprintf(what, sizeof what, "attention %s nh=%d nkv=%d hd=%d P=%d (%d dec, %d tiles) prefill variant %d",
+                 label, nh, nkv, hd, partition, nd, np, v);
+        expect_close_floor(what, gr, c, (int64_t)T * nh * hd, TOL_NORM, TOL_ELEM, 1.0);
+        free(gr);
     }
     int32_t zero_check[64];
     download(zero_check, dctr, 4 * (size_t)min_i32(B * nh, 64));

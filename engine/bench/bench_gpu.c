@@ -327,14 +327,14 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
         /* causal pairs: row i sees ctx + i + 1 keys; 2 matmuls of 2*hd FLOPs per pair */
         double pairs = (double)B * ((double)n * ctx + (double)n * (n + 1) / 2);
         double flops = 4.0 * hd * nh * pairs;
-        for (int sub = 32; sub <= 64; sub += 32) { /* keys per softmax update */
-            k_set_prefill_sub(sub);
+        for (int v = 0; v <= K_PREFILL_VARIANTS; v++) { /* the kernel, then its alternative schedules */
+            k_set_prefill_variant(v);
             double t = time_it(do_prefill, &x, 3, 9);
             char lab[64];
-            snprintf(lab, sizeof lab, "%s%s", label, sub == 64 ? ", sub 64" : "");
+            snprintf(lab, sizeof lab, v ? "%s, variant %d" : "%s", label, v);
             row(lab, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
         }
-        k_set_prefill_sub(32);
+        k_set_prefill_variant(0);
     }
     for (int i = 0; i < copies; i++) cudaFree(kc[i]), cudaFree(vc[i]);
     cudaFree(qkv), cudaFree(out), cudaFree(x.dec), cudaFree(x.items), cudaFree(dqsl), cudaFree(dlens);
@@ -571,19 +571,19 @@ static void whole_steps(void)
     }
     persistent = true;
     /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
-     * without PDL, and with 64-key softmax updates in the attention kernel. */
+     * without PDL, and with an alternative schedule of the attention kernel. */
     for (int pdl = 1; pdl >= 0; pdl--) {
         if (open_7b(&eng, 2048, 1, S, false, pdl, 8, true)) exit(1);
         s = make_step(&sb, 1, 0, 2048, S, bs, 0);
         t = time_step(&eng, s, 2, 5);
         row("STEP prefill 2048 (1 seq)", pdl ? "T=2048, 1-seq engine, PDL" : "T=2048, 1-seq engine, no PDL",
             t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
-        if (pdl) {
-            k_set_prefill_sub(64);
+        if (pdl) { /* with variant 1 of the attention kernel (4 warps x 32 rows) */
+            k_set_prefill_variant(1);
             t = time_step(&eng, s, 2, 5);
-            row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine, PDL, sub 64", t, flops, "TFLOP/s",
-                gemm_rate, flops / gemm_rate);
-            k_set_prefill_sub(32);
+            row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine, PDL, attention variant 1", t, flops,
+                "TFLOP/s", gemm_rate, flops / gemm_rate);
+            k_set_prefill_variant(0);
         }
         engine_close(&eng);
     }
