@@ -118,6 +118,7 @@ struct ds_ring {
     int *unit; // per slot: the GEMM unit it holds, or -1 for the end of the block's share of a phase
     int ns, slot_bytes;
     unsigned k; // units passed through the ring so far (this thread's count)
+    int inflight; // producer: at most this many units' copies pending (0: the ring's slots)
     bool timed; // trace on: count the cycles spent waiting for data
     long long waited;
 
@@ -128,6 +129,16 @@ struct ds_ring {
         const long long c0 = timed ? clock64() : 0;
         mbar_wait(&full[k % ns], (k / ns) & 1);
         if (timed) waited += clock64() - c0;
+    }
+    // Producer, before filling unit k's slot: until the consumers have freed it and, with an
+    // in-flight limit, unit k - inflight has landed.
+    __device__ __forceinline__ void acquire()
+    {
+        if (k >= (unsigned)ns) mbar_wait(&empty[k % ns], ((k / ns) - 1) & 1);
+        if (inflight && k >= (unsigned)inflight) {
+            const unsigned j = k - inflight;
+            mbar_wait(&full[j % ns], (j / ns) & 1);
+        }
     }
     // This warp is done with unit k's slot (one arrival per consumer warp frees it).
     __device__ __forceinline__ void release()
@@ -199,7 +210,7 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
         if (claim) next = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for at its use
         const bool end = claim ? u >= U : u >= u1;
         const unsigned s = ring.k % ring.ns;
-        if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
+        ring.acquire();
         if (end) {
             if (lane == 0) ring.unit[s] = -1, mbar_arrive(&ring.full[s]);
             ring.k++;
@@ -251,7 +262,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
                     for (int64_t e = e_lo; e < e_hi; e += a.tps, ring.k++) {
                         const int n = (int)min((int64_t)a.tps, e_hi - e);
                         const unsigned s = ring.k % ring.ns;
-                        if (ring.k >= (unsigned)ring.ns) mbar_wait(&ring.empty[s], ((ring.k / ring.ns) - 1) & 1);
+                        ring.acquire();
                         if (lane == 0) mbar_expect_tx(&ring.full[s], 2 * kv_row * n);
                         __syncwarp();
                         const int j = lane & 15;
@@ -671,7 +682,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     ring.full = reinterpret_cast<uint64_t *>(smem);
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + a.ring_off;
-    ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0;
+    ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
     ring.timed = a.trace != nullptr && threadIdx.x == 0, ring.waited = 0;
     unsigned char *scratch = smem + a.scratch_off;
     int32_t *toks = reinterpret_cast<int32_t *>(smem + a.toks_off);
@@ -765,6 +776,7 @@ static int32_t ds_upr(int32_t slot_bytes, int32_t K, bool paired)
 static int32_t slot_override;   // k_set_decode_slot
 static int32_t groups_override; // k_set_decode_groups
 static int32_t dynamic_units = 1; // k_set_decode_dynamic
+static int32_t inflight_units;    // k_set_decode_inflight
 
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
 static int ds_geometry(k_decode_args *a)
@@ -820,6 +832,8 @@ extern "C" void k_set_decode_slot(int32_t bytes) { slot_override = bytes; }
 extern "C" void k_set_decode_groups(int32_t groups) { groups_override = groups; }
 
 extern "C" void k_set_decode_dynamic(int on) { dynamic_units = on; }
+
+extern "C" void k_set_decode_inflight(int32_t units) { inflight_units = units; }
 
 extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
                                          int32_t max_tokens)
@@ -879,5 +893,6 @@ extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t s
     k_decode_args a = *args;
     if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
     a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units;
+    a.inflight = inflight_units > 0 && inflight_units < a.nslots ? inflight_units : 0;
     return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
 }

@@ -175,6 +175,7 @@ typedef struct k_decode_args {
     const float *inv_freq;  /* (hd/2) */
     int32_t max_tokens;     /* >= the sum of seq_lens of any launch (sizes shared memory) */
     int32_t dynamic;        /* set by k_decode_stream (k_set_decode_dynamic) */
+    int32_t inflight;       /* set by k_decode_stream (k_set_decode_inflight) */
     /* Filled by k_decode_stream: */
     int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg;
     unsigned long long *trace; /* from k_set_decode_trace */
@@ -203,6 +204,10 @@ void k_set_decode_groups(int32_t groups);
 /* Whether later k_decode_stream launches hand out GEMM units dynamically (default 1: blocks claim
  * them from a counter as their ring has room) or as fixed contiguous shares (0); for benchmarks. */
 void k_set_decode_dynamic(int on);
+
+/* At most this many ring units' copies pending per block in later k_decode_stream launches (0,
+ * the default: as many as the ring has slots); for benchmarks. */
+void k_set_decode_inflight(int32_t units);
 
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */

@@ -554,6 +554,19 @@ static void whole_steps(void)
         engine_close(&eng);
     }
     persistent = true;
+    /* The persistent kernel with fewer ring units' copies pending per block (graphs capture it). */
+    for (int f = 2; f <= 4; f++) {
+        k_set_decode_inflight(f);
+        if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
+        fill_kv(&eng, &sb, 1, 1, S, bs);
+        s = make_step(&sb, 1, 1024, 1, S, bs, 0);
+        t = time_step(&eng, s, 20, 9);
+        snprintf(shape, sizeof shape, "B=1 ctx=1024 graphs, persistent, %d units in flight", f);
+        bytes = wbytes + kv_tok * 1025;
+        row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+        engine_close(&eng);
+    }
+    k_set_decode_inflight(0);
     /* Batches of 2 and 4 at context 1024, persistent kernel against five kernels a layer. */
     for (int per = 1; per >= 0; per--) {
         persistent = per;
@@ -596,8 +609,9 @@ static void whole_steps(void)
  * kernel's barrier trace on, and prints per phase of a layer (averaged over layers 1..30): the
  * time between consecutive barrier exits, the slowest and the mean block's work before the
  * barrier, the barrier's own cost (the wait of the last block to arrive) and the mean wait. */
-static void decode_trace(int B, int slot, int groups, int dynamic)
+static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
 {
+    k_set_decode_inflight(inflight);
     k_set_decode_slot(slot);
     k_set_decode_groups(groups);
     k_set_decode_dynamic(dynamic);
@@ -643,11 +657,13 @@ static void decode_trace(int B, int slot, int groups, int dynamic)
             wmax[ph] += mx / ghz, wmean[ph] += sum / grid / ghz, bar[ph] += mn / ghz, wait[ph] += ws / grid / ghz;
             cnt[ph]++;
         }
+        char fl[16] = "all";
+        if (inflight) snprintf(fl, sizeof fl, "%d", inflight);
         printf("\npersistent decode kernel, batch %d, ctx 1024, ring slots of %s, attention split %s, GEMM units "
-               "%s: grid %d blocks, SM clock %.2f GHz; per layer, mean over layers 1..30 (us); first to last "
-               "barrier %.1f us\n", B, slot ? "44 KB" : "32 KB (default)",
+               "%s, %s units in flight: grid %d blocks, SM clock %.2f GHz; per layer, mean over layers 1..30 (us); "
+               "first to last barrier %.1f us\n", B, slot ? "44 KB" : "32 KB (default)",
                groups == 1 ? "by tokens only" : "by KV-head groups (default)",
-               dynamic ? "claimed (default)" : "fixed shares", grid, ghz, (T(NB - 1, 0, 2) - T(0, 0, 2)) / 1e3);
+               dynamic ? "claimed (default)" : "fixed shares", fl, grid, ghz, (T(NB - 1, 0, 2) - T(0, 0, 2)) / 1e3);
         printf("| phase (before the barrier)     | barrier to barrier | slowest block's work | mean block's work | of which waiting for data (warp 0) | barrier (last arriver's wait) | mean wait |\n");
         printf("|---|---|---|---|---|---|---|\n");
         double tot = 0;
@@ -668,6 +684,7 @@ static void decode_trace(int B, int slot, int groups, int dynamic)
     k_set_decode_slot(0);
     k_set_decode_groups(0);
     k_set_decode_dynamic(1);
+    k_set_decode_inflight(0);
 }
 
 /* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
@@ -773,10 +790,11 @@ int main(int argc, char **argv)
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
-        decode_trace(1, 0, 0, 1);
-        decode_trace(1, 0, 0, 0);
-        decode_trace(1, 44032, 1, 1); /* two rows of the down projection (K = 11008) a slot */
-        decode_trace(4, 0, 0, 1);
+        decode_trace(1, 0, 0, 1, 0);
+        decode_trace(1, 0, 0, 0, 0);
+        for (int f = 2; f <= 4; f++) decode_trace(1, 0, 0, 1, f); /* fewer copies pending per block */
+        decode_trace(1, 44032, 1, 1, 0); /* two rows of the down projection (K = 11008) a slot */
+        decode_trace(4, 0, 0, 1, 0);
     }
     stream = own;
     cublasDestroy(blas);
