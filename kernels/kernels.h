@@ -205,9 +205,10 @@ void k_set_decode_groups(int32_t groups);
  * them from a counter as their ring has room) or as fixed contiguous shares (0); for benchmarks. */
 void k_set_decode_dynamic(int on);
 
-/* At most this many ring units' copies pending per block in later k_decode_stream launches (0,
- * the default: as many as the ring has slots); for benchmarks. */
+/* At most this many ring units' copies pending per block in later k_decode_stream launches (0: as
+ * many as the ring has slots; K_DECODE_INFLIGHT_DEFAULT at start); for benchmarks and tests. */
 void k_set_decode_inflight(int32_t units);
+#define K_DECODE_INFLIGHT_DEFAULT 2
 
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */

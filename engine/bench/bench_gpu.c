@@ -554,19 +554,23 @@ static void whole_steps(void)
         engine_close(&eng);
     }
     persistent = true;
-    /* The persistent kernel with fewer ring units' copies pending per block (graphs capture it). */
-    for (int f = 2; f <= 4; f++) {
+    /* The persistent kernel with other numbers of ring units' copies pending per block (0: the
+     * whole ring; graphs capture it). */
+    static const int pend[] = {0, 3, 4};
+    for (size_t i = 0; i < sizeof pend / sizeof *pend; i++) {
+        const int f = pend[i];
         k_set_decode_inflight(f);
         if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
         fill_kv(&eng, &sb, 1, 1, S, bs);
         s = make_step(&sb, 1, 1024, 1, S, bs, 0);
         t = time_step(&eng, s, 20, 9);
-        snprintf(shape, sizeof shape, "B=1 ctx=1024 graphs, persistent, %d units in flight", f);
+        if (f) snprintf(shape, sizeof shape, "B=1 ctx=1024 graphs, persistent, %d units in flight", f);
+        else snprintf(shape, sizeof shape, "B=1 ctx=1024 graphs, persistent, whole ring in flight");
         bytes = wbytes + kv_tok * 1025;
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
-    k_set_decode_inflight(0);
+    k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
     /* Batches of 2 and 4 at context 1024, persistent kernel against five kernels a layer. */
     for (int per = 1; per >= 0; per--) {
         persistent = per;
@@ -600,6 +604,40 @@ static void whole_steps(void)
         }
         engine_close(&eng);
     }
+    free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
+}
+
+/* The batch-1 decode step (context 1024, graphs) with the persistent kernel's unit hand-out and
+ * copies in flight alternated three times, so that drifts of the machine fall on all of them. */
+static void decode_ab(void)
+{
+    static const struct { int dynamic, inflight; const char *name; } cfg[] = {
+        {1, 0, "claimed units, whole ring in flight"},
+        {0, 0, "fixed shares, whole ring in flight"},
+        {1, 2, "claimed units, 2 units in flight (default)"},
+        {0, 2, "fixed shares, 2 units in flight"},
+    };
+    const int bs = 16, S = 2112 / 16;
+    double wbytes = 2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) +
+                           32000.0 * 4096);
+    double bytes = wbytes + 2.0 * 32 * 32 * 128 * 2 * 1025;
+    step_buf sb = {0};
+    for (int rep = 0; rep < 3; rep++)
+        for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
+            engine eng;
+            k_set_decode_dynamic(cfg[i].dynamic); /* read when the graph is captured */
+            k_set_decode_inflight(cfg[i].inflight);
+            if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
+            fill_kv(&eng, &sb, 1, 1, S, bs);
+            eng_step s = make_step(&sb, 1, 1024, 1, S, bs, 0);
+            double t = time_step(&eng, s, 20, 9);
+            char shape[96];
+            snprintf(shape, sizeof shape, "B=1 ctx=1024, %s", cfg[i].name);
+            row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+            engine_close(&eng);
+        }
+    k_set_decode_dynamic(1);
+    k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
@@ -684,7 +722,7 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
     k_set_decode_slot(0);
     k_set_decode_groups(0);
     k_set_decode_dynamic(1);
-    k_set_decode_inflight(0);
+    k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
 }
 
 /* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
@@ -789,12 +827,15 @@ int main(int argc, char **argv)
     }
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
+    if (!strcmp(what, "ab")) decode_ab();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
-        decode_trace(1, 0, 0, 1, 0);
-        decode_trace(1, 0, 0, 0, 0);
-        for (int f = 2; f <= 4; f++) decode_trace(1, 0, 0, 1, f); /* fewer copies pending per block */
-        decode_trace(1, 44032, 1, 1, 0); /* two rows of the down projection (K = 11008) a slot */
-        decode_trace(4, 0, 0, 1, 0);
+        const int f0 = K_DECODE_INFLIGHT_DEFAULT;
+        decode_trace(1, 0, 0, 1, f0);
+        decode_trace(1, 0, 0, 0, f0);
+        static const int pend[] = {0, 3, 4}; /* other numbers of copies pending per block */
+        for (size_t i = 0; i < sizeof pend / sizeof *pend; i++) decode_trace(1, 0, 0, 1, pend[i]);
+        decode_trace(1, 44032, 1, 1, f0); /* two rows of the down projection (K = 11008) a slot */
+        decode_trace(4, 0, 0, 1, f0);
     }
     stream = own;
     cublasDestroy(blas);
