@@ -82,7 +82,7 @@ def compare(name, args):
     prompt = [int(x) for x in np.random.RandomState(0).randint(3, V, size=16)]
     dump = os.path.join(args.workdir, f"{name}.logits")
     out = sh([args.tandem, "generate", "--model", d, "--backend", "cuda", "--prompt-ids",
-              ",".join(map(str, prompt)), "--max-tokens", str(args.steps), "--dump-logits", dump])
+              ",".join(map(str, prompt)), "--max-tokens", str(args.steps), "--ignore-eos", "--dump-logits", dump])
     ours = [int(x) for x in out.strip().split(",")]
     our_logits = np.fromfile(dump, dtype=np.float32).reshape(args.steps, V)
 

@@ -5,9 +5,12 @@
  * generated token. Its block table deliberately uses block ids in reverse order, so even this
  * path exercises the paged layout.
  *
+ * Generation stops after --max-tokens tokens or at the model's EOS token (config.json's
+ * eos_token_id, the first if a list), which is printed, as vLLM does unless --ignore-eos.
+ *
  * stdout: the generated ids, comma-separated, one line. stderr: what ran and how long it took.
  * --dump-logits FILE: the logits every generated token was sampled from, float32 little-endian,
- * (max_tokens, vocab). Exit 0 ok, 1 runtime (device) failure, 2 bad flags or model files.
+ * (generated tokens, vocab). Exit 0 ok, 1 runtime (device) failure, 2 bad flags or model files.
  */
 #include <getopt.h>
 #include <gsl/gsl_rng.h>
@@ -34,7 +37,8 @@ static void usage(FILE *f)
             "                        or synthetic:NAME|CONFIG.json for seeded random weights\n"
             "  --backend B           %s (default cuda)\n"
             "  --prompt-ids LIST     comma-separated token ids (required)\n"
-            "  --max-tokens N        tokens to generate (default 16)\n"
+            "  --max-tokens N        tokens to generate at most (default 16)\n"
+            "  --ignore-eos          go on past the model's EOS token (default: stop after it)\n"
             "  --temperature T       0 = greedy (default 0)\n"
             "  --top-p P             nucleus size in (0, 1] (default 1)\n"
             "  --seed S              sampling generator seed (default 0)\n"
@@ -82,7 +86,7 @@ static double now_ms(void)
 
 enum { OPT_MODEL = 256, OPT_BACKEND, OPT_PROMPT, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_P, OPT_SEED,
        OPT_WSEED, OPT_DUMP, OPT_BLOCK, OPT_CHUNK, OPT_CPU_BF16, OPT_NO_GRAPHS, OPT_NO_FUSE,
-       OPT_NO_PERSISTENT, OPT_SAVE, OPT_HELP };
+       OPT_NO_PERSISTENT, OPT_SAVE, OPT_IGNORE_EOS, OPT_HELP };
 
 static int bad_flag(const char *flag, const char *val)
 {
@@ -109,6 +113,7 @@ int generate_main(int argc, char **argv)
         {"no-cuda-fuse", no_argument, 0, OPT_NO_FUSE},
         {"no-cuda-persistent", no_argument, 0, OPT_NO_PERSISTENT},
         {"save-checkpoint", required_argument, 0, OPT_SAVE},
+        {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
     };
@@ -117,6 +122,7 @@ int generate_main(int argc, char **argv)
     const char *prompt = NULL, *dump = NULL, *save = NULL;
     int64_t max_new = 16, seed = 0, wseed = 0, block = 16, chunk = 0;
     double temperature = 0, top_p = 1;
+    bool ignore_eos = false;
     int c;
     optind = 1;
     opterr = 0;
@@ -157,6 +163,7 @@ int generate_main(int argc, char **argv)
         case OPT_NO_FUSE: o.cuda_fuse = false; break;
         case OPT_NO_PERSISTENT: o.cuda_persistent = false; break;
         case OPT_SAVE: save = optarg; break;
+        case OPT_IGNORE_EOS: ignore_eos = true; break;
         case OPT_HELP: usage(stdout); return 0;
         default:
             fprintf(stderr, "tandem generate: unknown or incomplete option \"%s\"\n\n",
@@ -284,6 +291,10 @@ int generate_main(int argc, char **argv)
         if (generated == 0) t_first = now_ms();
         seq[len++] = tok;
         generated++;
+        if (tok == mc->eos_token_id && !ignore_eos) {
+            fprintf(stderr, "generate: stopped at the EOS token (id %d) after %d tokens\n", tok, generated);
+            break;
+        }
     }
     double t_end = now_ms();
     if (dump_f && fclose(dump_f) && !rc) rc = terr_set(&e, "--dump-logits: write to %s failed", dump);

@@ -635,6 +635,40 @@ START_TEST(cli_generate_is_deterministic_and_dumps_logits)
 }
 END_TEST
 
+/* Generation stops after the model's EOS token (printed, and its logits dumped) unless
+ * --ignore-eos: tiny-llama2 with eos_token_id set to 103, the golden sequence's sixth token. */
+START_TEST(cli_generate_stops_at_eos)
+{
+    char *dir = make_temp_dir("eos"), dump[4096];
+    size_t n;
+    char *json = slurp("configs/models/tiny-llama2.json", &n);
+    ck_assert_msg(json, "cannot read configs/models/tiny-llama2.json");
+    char *at = strstr(json, "\"eos_token_id\": 2");
+    ck_assert_msg(at, "tiny-llama2.json has no \"eos_token_id\": 2");
+    char edited[8192];
+    snprintf(edited, sizeof edited, "%.*s\"eos_token_id\": 103%s", (int)(at - json), json,
+             at + strlen("\"eos_token_id\": 2"));
+    char *cfg = write_temp_file(dir, "tiny-eos103.json", edited), model[4200];
+    snprintf(model, sizeof model, "synthetic:%s", cfg);
+    snprintf(dump, sizeof dump, "%s/logits.bin", dir);
+    cli_result a = run_cli("generate", "--model", model, "--backend", "cpu", "--prompt-ids", "1,2,3,4,5",
+                           "--max-tokens", "12", "--dump-logits", dump, NULL);
+    ck_assert_msg(a.exit_code == 0, "exit %d: %s", a.exit_code, a.err);
+    ck_assert_str_eq(a.out, "234,311,89,35,326,103\n");
+    ck_assert_msg(strstr(a.err, "EOS"), "stderr does not say why it stopped: %s", a.err);
+    size_t len;
+    char *bytes = slurp(dump, &len);
+    ck_assert_msg(bytes && len == 6 * 512 * sizeof(float), "dump is %zu bytes, want 6 x 512 floats", len);
+    cli_result b = run_cli("generate", "--model", model, "--backend", "cpu", "--prompt-ids", "1,2,3,4,5",
+                           "--max-tokens", "12", "--ignore-eos", NULL);
+    ck_assert_msg(b.exit_code == 0, "exit %d: %s", b.exit_code, b.err);
+    ck_assert_str_eq(b.out, "234,311,89,35,326,103,103,103,270,83,360,401\n");
+    free(bytes), free(json), free(cfg);
+    cli_result_free(&a), cli_result_free(&b);
+    free(dir);
+}
+END_TEST
+
 START_TEST(cli_generate_rejects_bad_input)
 {
     struct { const char *flag, *value, *expect; } cases[] = {
@@ -680,6 +714,7 @@ int main(void)
     tcase_add_test(tc, rope_llama3_scaling_matches_hand_computed);
     tcase_add_test(tc, sampling_greedy_top_p_and_seed);
     tcase_add_test(tc, cli_generate_is_deterministic_and_dumps_logits);
+    tcase_add_test(tc, cli_generate_stops_at_eos);
     tcase_add_test(tc, cli_generate_rejects_bad_input);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;

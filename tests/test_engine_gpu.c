@@ -912,11 +912,11 @@ START_TEST(cli_generate_cuda_matches_cpu)
     snprintf(dg, sizeof dg, "%s/gpu.bin", dir);
     snprintf(dc, sizeof dc, "%s/cpu.bin", dir);
     cli_result g = run_cli("generate", "--model", "synthetic:tiny-llama3", "--backend", "cuda",
-                           "--prompt-ids", "1,2,3,4,5,6,7,8,9,10", "--max-tokens", "24",
+                           "--prompt-ids", "1,2,3,4,5,6,7,8,9,10", "--max-tokens", "24", "--ignore-eos",
                            "--dump-logits", dg, NULL);
     cli_result c = run_cli("generate", "--model", "synthetic:tiny-llama3", "--backend", "cpu",
                            "--cpu-bf16", "--prompt-ids", "1,2,3,4,5,6,7,8,9,10", "--max-tokens", "24",
-                           "--dump-logits", dc, NULL);
+                           "--ignore-eos", "--dump-logits", dc, NULL);
     ck_assert_msg(g.exit_code == 0, "cuda exit %d: %s", g.exit_code, g.err);
     ck_assert_msg(c.exit_code == 0, "cpu exit %d: %s", c.exit_code, c.err);
     printf("  generate cuda: %s  generate cpu: %s", g.out, c.out);
