@@ -13,7 +13,11 @@
 // in the order the consumers use them) and streams it with bulk copies (TMA, cp.async.bulk)
 // into a ring of shared-memory slots, as far ahead as the ring allows (~190 KB a block, ~6 us
 // of the block's share of bandwidth). Barriers, prologues and the attention merge stall only
-// the consumers; memory stays busy.
+// the consumers; memory stays busy. Two slots' copies pending at a time are enough for the copy
+// rate (K_DECODE_INFLIGHT_DEFAULT); more only queued in front of the consumers' own L2 accesses,
+// whose round trips (~2 us while the stream runs) are what the phases' tails are made of. So the
+// consumers avoid waiting on L2 where they can: residual adds are reductions (red), and the
+// merge issues all its loads at once.
 //
 // A block = 8 consumer warps + 1 producer warp, one block per SM, launched cooperatively.
 // Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the copies complete
