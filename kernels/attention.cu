@@ -358,12 +358,12 @@ __device__ __forceinline__ float ex2_approx(float x)
 }
 
 template <int V> struct pf_variant;
-template <> struct pf_variant<0> { static constexpr int NW = 8, SUB = 64, BPS = 2; };
-template <> struct pf_variant<1> { static constexpr int NW = 4, SUB = 32, BPS = 2; };
-template <> struct pf_variant<2> { static constexpr int NW = 8, SUB = 32, BPS = 2; };
+template <> struct pf_variant<0> { static constexpr int NW = 8, SUB = 64; };
+template <> struct pf_variant<1> { static constexpr int NW = 4, SUB = 32; };
+template <> struct pf_variant<2> { static constexpr int NW = 8, SUB = 32; };
 
 template <int HD, int V>
-__global__ void __launch_bounds__(pf_variant<V>::NW * 32, pf_variant<V>::BPS)
+__global__ void __launch_bounds__(pf_variant<V>::NW * 32, 2) // two blocks per SM (pf_smem_bytes)
 prefill_attn_kernel(k_attn_args a, const int32_t *items)
 {
     constexpr int NW = pf_variant<V>::NW, SUB = pf_variant<V>::SUB;

@@ -489,6 +489,11 @@ static double time_prefill(engine *eng, eng_step s)
     return time_step(eng, s, 2, 5);
 }
 
+/* Llama-2-7B: bytes of weights a decode step reads (32 layers' QKV, O, gate/up, down, and the
+ * LM head; bf16), and K+V bytes per context token over all layers. */
+#define WBYTES_7B (2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) + 32000.0 * 4096))
+#define KV_TOK_7B (2.0 * 32 * 32 * 128 * 2)
+
 static bool persistent = true; /* engine_opts.cuda_persistent for open_7b */
 
 static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, bool pdl,
@@ -518,9 +523,7 @@ static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bo
 static void whole_steps(void)
 {
     const int bs = 16, S = 2112 / 16;
-    double wbytes = 2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) +
-                           32000.0 * 4096);
-    double kv_tok = 2.0 * 32 * 32 * 128 * 2; /* K+V bytes per token, all layers */
+    const double wbytes = WBYTES_7B, kv_tok = KV_TOK_7B;
     engine eng;
     /* 64 decode sequences of S blocks, then a 2048-token prefill sequence. */
     if (open_7b(&eng, 2048, 64, 65 * S, true, true, 8, true)) exit(1);
@@ -640,9 +643,7 @@ static void decode_ab(void)
         {0, 2, "fixed shares, 2 units in flight"},
     };
     const int bs = 16, S = 2112 / 16;
-    double wbytes = 2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) +
-                           32000.0 * 4096);
-    double bytes = wbytes + 2.0 * 32 * 32 * 128 * 2 * 1025;
+    const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
     step_buf sb = {0};
     for (int rep = 0; rep < 3; rep++)
         for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
