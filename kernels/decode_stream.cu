@@ -19,13 +19,18 @@
 // consumers avoid waiting on L2 where they can: residual adds are reductions (red), and the
 // merge issues all its loads at once.
 //
-// A block = 8 consumer warps + 1 producer warp, one block per SM, launched cooperatively.
-// Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the copies complete
-// it) and empty[s] (one arrival per consumer warp once it has read the slot).
+// A block = 8 consumer warps + 1 producer warp + 1 signal warp, one block per SM, launched
+// cooperatively. Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the
+// copies complete it) and empty[s] (one arrival per consumer warp once it has read the slot).
 //
-// Phases of a layer, each after a grid barrier (consumers only):
+// Phases of a layer, each after a grid barrier (consumers only) but the second:
 //   1. QKV: RMSNorm of the residual rows into shared memory; units of upr weight rows; the
-//      epilogue is the fused path's RoPE + KV write (skinny_rows.cuh).
+//      epilogue is the fused path's RoPE + KV write (skinny_rows.cuh). The Q rows are the first
+//      units claimed, so every block's are stored long before the phase ends: the signal warp
+//      counts its block's in, waits for all blocks', stages the block's first query heads and
+//      lets the consumers into attention as soon as they finish their QKV units; it counts the
+//      block's QKV rows in for the merges (k_set_decode_early_q; 3.0% faster at batch 1 than a
+//      grid barrier here: 3.74 against 3.86 ms).
 //   2. attention: the block's contiguous share of all context tokens but the newest (all
 //      sequences laid end to end, once per KV-head group); the ring brings TPS tokens' K and V
 //      rows per slot; warp w owns query heads w, w + 8, ..; online softmax; one partial (o, m, l)
@@ -41,13 +46,29 @@
 // Coherence: everything written during the kernel is read with ld.global.cg (L2): an SM's L1 is
 // not coherent with other SMs' stores. The ring is only written by bulk copies of data the
 // kernel never writes (weights, old KV rows).
+//
+// Tried and measured slower at batch 1, context 1024 (bench_engine_gpu ab, 3.74 ms as the base):
+// sending the next phase's first 64-512 KB a block to L2 once a phase's copies were issued
+// (cp.async.bulk.prefetch or prefetch.global.L2, past the ring's units or not: 3.86-4.34 ms; the
+// trace showed the following phases waiting longer for data, as if the lines were fetched twice);
+// attention's output as NCCL-style LL words (data + flag in one 64-bit store) polled by every
+// block instead of a grid barrier and a load (3.84 ms: the polling slowed the merges and the
+// stream); every consumer warp polling the barrier, staggered (3.85 ms: the barrier's line got
+// slower); no in-flight limit on attention's KV copies (no change). ncu: 1.6% of warp stalls
+// are instruction-cache misses, although the kernel is 216 KB of SASS.
 #include <math.h>
 
 #include "kernels/skinny_rows.cuh"
 
 #define DS_CWARPS 8
 #define DS_CTHREADS (DS_CWARPS * 32)
-#define DS_THREADS (DS_CTHREADS + 32)
+#define DS_THREADS (DS_CTHREADS + 64) // + the producer warp + the signal warp
+// Named barriers (0 is __syncthreads): the consumer warps alone, and three that the consumer
+// warps arrive at and the signal warp waits at (or the reverse), once a layer each.
+#define DS_BAR_CONSUMERS 1
+#define DS_BAR_Q_PASSED 2 // consumers -> signal: this block's Q rows are stored
+#define DS_BAR_QKV_DONE 3 // consumers -> signal: all this block's QKV rows are stored
+#define DS_BAR_Q_READY 4  // signal -> consumers: every block's Q rows are stored, the first segment's staged
 #define DS_TPS_MAX 8   // context tokens per ring slot, at most
 #define DS_HPW_MAX 4   // query heads per consumer warp, at most (nh <= 32)
 #define DS_MAX_SLOTS 16
@@ -105,7 +126,57 @@ __device__ __forceinline__ uint64_t evict_first_policy()
 }
 
 // The consumer warps only (the producer never joins).
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_CTHREADS) : "memory"); }
+__device__ __forceinline__ void consumer_sync()
+{
+    asm volatile("bar.sync %0, %1;" ::"n"(DS_BAR_CONSUMERS), "n"(DS_CTHREADS) : "memory");
+}
+
+// The consumer warps and the signal warp. An arrival does not wait; it guarantees that the
+// arriving thread's earlier memory accesses are performed, for the threads that wait there, when
+// the barrier completes (PTX ISA, barrier.cta).
+template <int ID> __device__ __forceinline__ void signal_sync()
+{
+    asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(DS_CTHREADS + 32) : "memory");
+}
+template <int ID> __device__ __forceinline__ void signal_arrive()
+{
+    asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(DS_CTHREADS + 32) : "memory");
+}
+
+// ---- grid-wide counters ----------------------------------------------------------------------
+// A block publishes its writes with a release add by one thread after a CTA barrier (cumulative:
+// it covers the writes the barrier ordered before it), and learns of others' with relaxed polls
+// and one acquire fence, CUTLASS's pattern. (__threadfence, fence.sc, before the add and after
+// the poll measured 0.2% slower at batch 1: 3.852 against 3.845 ms.)
+
+__device__ __forceinline__ void red_release(unsigned *p, unsigned v)
+{
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned atom_add_release(unsigned *p, unsigned v)
+{
+    unsigned old;
+    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+// Until *p >= v, then acquire.
+__device__ __forceinline__ void wait_geq(const unsigned *p, unsigned v)
+{
+    while (ld_relaxed(p) < v) {
+    }
+    fence_acq_rel();
+}
 
 __device__ __forceinline__ unsigned long long globaltimer()
 {
@@ -295,30 +366,54 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
 
 // ---- consumers -------------------------------------------------------------------------------
 
+// The counters of k_decode_args.barrier past the grid barrier's and the unit claims (see
+// K_DECODE_SYNC_WORDS): the attention merge's per (layer, sequence, group), then per layer the
+// blocks whose Q rows, and whose QKV rows, are stored (early_q), each on a 128-byte line.
+__device__ __forceinline__ unsigned *merge_counter(const k_decode_args &a, int li, int b, int gi)
+{
+    return a.barrier + 32 * (1 + 4 * a.num_layers) + li * 16 + b * 4 + gi;
+}
+__device__ __forceinline__ unsigned *q_counter(const k_decode_args &a, int li)
+{
+    return a.barrier + 32 * (1 + 4 * a.num_layers) + 16 * a.num_layers + 64 * li;
+}
+__device__ __forceinline__ unsigned *qkv_counter(const k_decode_args &a, int li) { return q_counter(a, li) + 32; }
+
+// Trace record k of this block (k_set_decode_trace): SM clock at arrival c0 and at exit, global
+// timer at exit, the cycles warp 0 waited for ring data since the previous record. Thread 0.
+__device__ __forceinline__ void trace_mark(const k_decode_args &a, unsigned k, long long c0, ds_ring &ring)
+{
+    if (a.trace && k < (unsigned)a.trace_n) {
+        unsigned long long *t = a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4;
+        t[0] = c0, t[1] = clock64(), t[2] = globaltimer(), t[3] = ring.waited;
+    }
+    ring.waited = 0;
+}
+
+// Point j (0..3) inside layer li's attention phase, past the barrier records (thread 0): SM clock,
+// and what. For bench_engine_gpu's breakdown of the phase.
+__device__ __forceinline__ void trace_point(const k_decode_args &a, int li, int j, long long what)
+{
+    const unsigned k = 5 * a.num_layers + 4 * li + j;
+    if (a.trace && k < (unsigned)a.trace_n && threadIdx.x == 0) {
+        unsigned long long *t = a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4;
+        t[0] = clock64(), t[1] = what, t[2] = globaltimer();
+    }
+}
+
 // Waits until every block's consumers have called it as often as this one's. Writes before it
-// are visible to ld.global.cg after it. With a trace buffer (k_set_decode_trace), thread 0
-// records for each of the first trace_n barriers its SM clock at arrival and at exit, the global
-// timer at exit, and the cycles warp 0 waited for ring data since the previous barrier.
-__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, ds_ring &ring)
+// are visible to ld.global.cg after it. Trace record tk (then tk + 1).
+__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, unsigned &tk, ds_ring &ring)
 {
     target += gridDim.x;
     consumer_sync();
     if (threadIdx.x == 0) {
         const long long c0 = clock64();
-        __threadfence();
-        atomicAdd(a.barrier, 1u);
-        unsigned v;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(a.barrier) : "memory");
-        } while (v < target);
-        __threadfence();
-        const unsigned k = target / gridDim.x - 1;
-        if (a.trace && k < (unsigned)a.trace_n) {
-            unsigned long long *t = a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4;
-            t[0] = c0, t[1] = clock64(), t[2] = globaltimer(), t[3] = ring.waited;
-        }
-        ring.waited = 0;
+        red_release(a.barrier, 1u);
+        wait_geq(a.barrier, target);
+        trace_mark(a, tk, c0, ring);
     }
+    tk++;
     consumer_sync();
 }
 
@@ -377,17 +472,27 @@ template <int M> __device__ __forceinline__ void stage_copy(const bf16_t *src, i
 // that consecutive units run on different warps at once; the warp sums its rows and runs their
 // epilogue itself (lane m for sequence m). No block-wide synchronisation per unit: every warp
 // waits for each unit's bytes and releases the slot, reading it or not.
+// With qunits >= 0 (the QKV phase under early_q: units below qunits hold Q rows), each warp tells
+// the signal warp when it is past the block's Q units (a block's units only increase), and when
+// it is past all of them.
 template <int M, int EPI>
-__device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, const uint4 *xs, ds_ring &ring)
+__device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, const uint4 *xs, ds_ring &ring,
+                                             int qunits = -1)
 {
     constexpr int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1; // rows per warp task
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = sa.K / 8, tpu = upr / RPW;
+    bool q_passed = qunits < 0;
     for (;; ring.k++) {
         ring.wait_full();
         const int u = ring.unit[ring.k % ring.ns];
+        if (!q_passed && (u < 0 || u >= qunits)) {
+            signal_arrive<DS_BAR_Q_PASSED>();
+            q_passed = true;
+        }
         if (u < 0) { // the producer's end-of-phase marker
             ring.release();
             ring.k++;
+            if (qunits >= 0) signal_arrive<DS_BAR_QKV_DONE>();
             return;
         }
         const int f0 = u * upr, rows = min(upr, sa.N - f0);
@@ -609,7 +714,7 @@ __device__ __forceinline__ void merge_head(const k_decode_args &a, const k_layer
 template <int HD>
 __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_layer_w &L, int li, int b, int gi,
                                              int64_t start, int64_t end, int64_t work, float *scratch,
-                                             int *s_merge)
+                                             int *s_merge, int seg)
 {
     const int G = gridDim.x, hpg = a.nh / a.hg;
     // Blocks g with range [g W / G, (g+1) W / G) meeting [start, end): g in [g_lo, g_hi]; when
@@ -619,17 +724,22 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
     const int P = (int)min((int64_t)(g_hi - g_lo + 1), end - start), nm = min(P, hpg);
     consumer_sync(); // every warp's partials stored
     if (threadIdx.x == 0) {
-        unsigned *ctr = a.barrier + 32 * (1 + 4 * a.num_layers) + li * 16 + b * 4 + gi;
-        __threadfence();
-        const int k = (int)atomicAdd(ctr, 1u) - (P - nm); // this block's place among the mergers
+        unsigned *ctr = merge_counter(a, li, b, gi);
+        const unsigned old = atom_add_release(ctr, 1u);
+        // Under early_q no grid barrier follows the QKV phase: the merge also waits for every
+        // block's QKV rows (the newest token's K/V), read in the same round trip as the arrival.
+        unsigned kv = a.early_q ? ld_relaxed(qkv_counter(a, li)) : G;
+        const int k = (int)old - (P - nm); // this block's place among the mergers
         if (k >= 0) {
-            unsigned v;
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-            } while (v < (unsigned)P);
-            __threadfence();
+            if (old + 1 < (unsigned)P) { // not the last to arrive
+                while (ld_relaxed(ctr) < (unsigned)P) {
+                }
+            }
+            while (kv < (unsigned)G) kv = ld_relaxed(qkv_counter(a, li));
+            fence_acq_rel();
         }
         s_merge[0] = k;
+        if (seg == 0) trace_point(a, li, 2, k); // k < 0: not a merger
     }
     consumer_sync();
     const int k = s_merge[0];
@@ -637,15 +747,17 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
     for (int j = k; j < hpg; j += nm) merge_head<HD>(a, L, b, gi * hpg + j, g_lo, g_hi, work, scratch);
 }
 
+// qs: the first segment's Q rows, staged by the signal warp (early_q), or NULL.
 template <int HD>
 __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, int li, const int *lens,
                                              int64_t total, int64_t lo, int64_t hi, ds_ring &ring, float *scratch,
-                                             int *s_merge)
+                                             int *s_merge, const float *qs)
 {
     constexpr int DPL = HD / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hpg = a.nh / a.hg, hpw = hpg / DS_CWARPS;
     const int kvg = a.nkv / a.hg, kstride = kvg * HD, qkv_stride = (a.nh + 2 * a.nkv) * HD;
     const float qscale = a.scale * DS_LOG2E;
+    int seg = 0; // for the trace
     for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
         const bool has_new = e_hi == base + lens[b];
         const int h0 = gi * hpg, kv0 = gi * kvg;
@@ -656,15 +768,23 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
 #pragma unroll
             for (int e = 0; e < DPL; e++) q[i][e] = o[i][e] = 0;
             if (i < hpw) {
-                const float *qp = a.qkv + (int64_t)b * qkv_stride + (h0 + warp + DS_CWARPS * i) * HD + lane * DPL;
+                const int hl = warp + DS_CWARPS * i; // head of the group
+                if (qs) {
 #pragma unroll
-                for (int e = 0; e < DPL; e++) q[i][e] = __ldcg(qp + e) * qscale;
+                    for (int e = 0; e < DPL; e++) q[i][e] = qs[hl * HD + lane * DPL + e] * qscale;
+                } else {
+                    const float *qp = a.qkv + (int64_t)b * qkv_stride + (h0 + hl) * HD + lane * DPL;
+#pragma unroll
+                    for (int e = 0; e < DPL; e++) q[i][e] = __ldcg(qp + e) * qscale;
+                }
             }
         }
+        qs = nullptr; // staged for the first segment only
         const int64_t old_hi = has_new ? e_hi - 1 : e_hi;
         for (int64_t e = e_lo; e < old_hi; e += a.tps, ring.k++) {
             const int n = (int)min((int64_t)a.tps, old_hi - e);
             ring.wait_full();
+            if (seg == 0 && e == e_lo) trace_point(a, li, 0, 0);
             const bf16_t *ks = reinterpret_cast<const bf16_t *>(ring.slot(ring.k));
             const bf16_t *vs = ks + a.tps * kstride;
             if (a.tps <= 2) attend<HD, 2>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false, h0, kv0);
@@ -681,8 +801,51 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
             for (int e = 0; e < DPL; e++) __stcg(dst + lane * DPL + e, o[i][e]);
             if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
         }
-        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge);
+        if (seg == 0) trace_point(a, li, 1, 0);
+        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge, seg++);
     });
+    trace_point(a, li, 3, seg);
+}
+
+// The signal warp under early_q, each layer: once every consumer warp is past the block's Q units,
+// counts the block in (release) and waits for all blocks; stages the Q rows of the block's first
+// attention segment (sequence, KV-head group) in qs and lets the consumers into attention. Once
+// they are past all the QKV units, counts the block in again for the merges (the newest token's
+// K/V). So the consumers go from QKV to attention without a grid barrier: Q rows are claimed
+// first, so every block's are in long before the QKV phase ends.
+__device__ void signal_layers(const k_decode_args &a, const int *lens, int64_t total, int64_t lo, int64_t hi,
+                              float *qs)
+{
+    const int lane = threadIdx.x & 31, hpg = a.nh / a.hg, n4 = hpg * a.hd / 4;
+    int gi0 = -1, b0 = 0;
+    for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t, int64_t, int64_t) {
+        if (gi0 < 0) gi0 = gi, b0 = b;
+    });
+    const float4 *src = nullptr;
+    if (gi0 >= 0)
+        src = reinterpret_cast<const float4 *>(a.qkv + (int64_t)b0 * (a.nh + 2 * a.nkv) * a.hd +
+                                               (int64_t)gi0 * hpg * a.hd);
+    float4 *dst = reinterpret_cast<float4 *>(qs);
+    for (int li = 0; li < a.num_layers; li++) {
+        signal_sync<DS_BAR_Q_PASSED>();
+        if (lane == 0) {
+            red_release(q_counter(a, li), 1u);
+            wait_geq(q_counter(a, li), gridDim.x);
+        }
+        __syncwarp();
+        for (int i0 = 0; src && i0 < n4; i0 += 8 * 32) { // eight loads a lane in flight
+            float4 v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (i0 + j * 32 + lane < n4) v[j] = __ldcg(src + i0 + j * 32 + lane);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (i0 + j * 32 + lane < n4) dst[i0 + j * 32 + lane] = v[j];
+        }
+        signal_arrive<DS_BAR_Q_READY>();
+        signal_sync<DS_BAR_QKV_DONE>();
+        if (lane == 0) red_release(qkv_counter(a, li), 1u);
+    }
 }
 
 template <int M, int HD>
@@ -730,32 +893,46 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         produce(a, lens, total, lo, hi, toks, ring);
         return;
     }
+    float *qs = reinterpret_cast<float *>(scratch + a.q_off);
+    if (warp == DS_CWARPS + 1) { // signal warp (early_q): the QKV phase's two grid-wide counts
+        if (a.early_q) signal_layers(a, lens, total, lo, hi, qs);
+        return;
+    }
 
     uint4 *xs = reinterpret_cast<uint4 *>(scratch);
-    unsigned target = 0;
+    unsigned target = 0, tk = 0; // grid barrier count (times the grid), trace record
+    const int qunits = a.early_q ? (a.nh * a.hd + a.upr[0] - 1) / a.upr[0] : -1;
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
-        if (li > 0) grid_sync(a, target, ring); // layer 0 reads the embeddings of the previous kernel
+        if (li > 0) grid_sync(a, target, tk, ring); // layer 0 reads the embeddings of the previous kernel
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
-            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring);
+            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, qunits);
         }
-        grid_sync(a, target, ring);
-        consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge);
-        grid_sync(a, target, ring);
+        if (a.early_q) { // no grid barrier: the signal warp says when every block's Q rows are in
+            const long long c0 = clock64();
+            signal_sync<DS_BAR_Q_READY>();
+            if (threadIdx.x == 0) trace_mark(a, tk, c0, ring);
+            tk++;
+        } else {
+            grid_sync(a, target, tk, ring);
+        }
+        consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge,
+                         a.early_q ? qs : nullptr);
+        grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring);
         }
-        grid_sync(a, target, ring);
+        grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
             consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring);
         }
-        grid_sync(a, target, ring);
+        grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
@@ -796,6 +973,7 @@ static int32_t dynamic_units = 1; // k_set_decode_dynamic
 // whole ring and measured 2.3% faster at batch 1 (3.850 against 3.940 ms, bench_engine_gpu ab):
 // the surplus copies only queued in front of the phases' dependent L2 accesses.
 static int32_t inflight_units = K_DECODE_INFLIGHT_DEFAULT;
+static int32_t early_q = 1;   // k_set_decode_early_q
 
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
 static int ds_geometry(k_decode_args *a)
@@ -822,7 +1000,12 @@ static int ds_geometry(k_decode_args *a)
     for (int i = 0; i < 4; i++) slot = slot > need[i] ? slot : need[i];
     slot = round_up(slot, 128);
     int64_t scratch = (int64_t)M * kmax * 2, comb = ((int64_t)DS_CWARPS * hd + 2 * DS_CWARPS) * 4;
-    scratch = round_up(scratch > comb ? scratch : comb, 128);
+    // The signal warp stages Q rows (one group's heads) past the QKV phase's staged activation,
+    // which the consumers still read then; everything else in scratch is free at the time.
+    const int64_t q_off = round_up((int64_t)M * h * 2, 128), q_end = q_off + (int64_t)nh / hg * hd * 4;
+    scratch = scratch > comb ? scratch : comb;
+    scratch = round_up(scratch > q_end ? scratch : q_end, 128);
+    a->q_off = (int32_t)q_off;
     const int64_t toks = round_up(((int64_t)a->max_tokens * hg + ds_sms() - 1) / ds_sms() * 4 + 4, 128);
     const int64_t fixed = 2 * DS_MAX_SLOTS * 8; // mbarriers
     const int64_t stat = 4 * (3 * DS_CWARPS * 4 + 4) + 256; // static shared memory, with slack
@@ -853,6 +1036,8 @@ extern "C" void k_set_decode_groups(int32_t groups) { groups_override = groups; 
 extern "C" void k_set_decode_dynamic(int on) { dynamic_units = on; }
 
 extern "C" void k_set_decode_inflight(int32_t units) { inflight_units = units; }
+
+extern "C" void k_set_decode_early_q(int on) { early_q = on; }
 
 extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
                                          int32_t max_tokens)
@@ -911,7 +1096,7 @@ extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t s
 {
     k_decode_args a = *args;
     if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
-    a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units;
+    a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units, a.early_q = early_q;
     a.inflight = inflight_units > 0 && inflight_units < a.nslots ? inflight_units : 0;
     return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
 }

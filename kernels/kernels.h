@@ -176,8 +176,9 @@ typedef struct k_decode_args {
     int32_t max_tokens;     /* >= the sum of seq_lens of any launch (sizes shared memory) */
     int32_t dynamic;        /* set by k_decode_stream (k_set_decode_dynamic) */
     int32_t inflight;       /* set by k_decode_stream (k_set_decode_inflight) */
+    int32_t early_q;        /* set by k_decode_stream (k_set_decode_early_q) */
     /* Filled by k_decode_stream: */
-    int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg;
+    int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg, q_off;
     unsigned long long *trace; /* from k_set_decode_trace */
     int32_t trace_n;
 } k_decode_args;
@@ -194,8 +195,9 @@ void k_set_decode_trace(unsigned long long *buf, int32_t barriers);
 void k_set_decode_slot(int32_t bytes);
 
 /* Counters (unsigned) of k_decode_args.barrier for a model of L layers: the grid barrier's, each
- * GEMM phase's unit claims (128 bytes apart), then 16 a layer for the attention merge. */
-#define K_DECODE_SYNC_WORDS(L) (32 * (1 + 4 * (L)) + 16 * (L))
+ * GEMM phase's unit claims (128 bytes apart), 16 a layer for the attention merge, then two a layer
+ * (128 bytes apart) for the QKV phase's early signals. */
+#define K_DECODE_SYNC_WORDS(L) (32 * (1 + 4 * (L)) + 16 * (L) + 64 * (L))
 
 /* KV-head groups that later k_decode_stream launches split attention by (0: the default, as many
  * as leave each consumer warp one query head; 1: tokens only); for benchmarks and tests. */
@@ -209,6 +211,11 @@ void k_set_decode_dynamic(int on);
  * many as the ring has slots; K_DECODE_INFLIGHT_DEFAULT at start); for benchmarks and tests. */
 void k_set_decode_inflight(int32_t units);
 #define K_DECODE_INFLIGHT_DEFAULT 2
+
+/* Whether later k_decode_stream launches go from the QKV phase to attention without a grid
+ * barrier (default 1: a signal warp per block waits for every block's Q rows, and the merges for
+ * every block's K/V rows) or with one (0); for benchmarks and tests. */
+void k_set_decode_early_q(int on);
 
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */

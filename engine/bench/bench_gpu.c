@@ -632,15 +632,13 @@ static void whole_steps(void)
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
-/* The batch-1 decode step (context 1024, graphs) with the persistent kernel's unit hand-out and
- * copies in flight alternated three times, so that drifts of the machine fall on all of them. */
+/* The batch-1 decode step (context 1024, graphs) with and without the early hand-over of the
+ * query (the signal warp), alternated three times so that drifts of the machine fall on both. */
 static void decode_ab(void)
 {
-    static const struct { int dynamic, inflight; const char *name; } cfg[] = {
-        {1, 0, "claimed units, whole ring in flight"},
-        {0, 0, "fixed shares, whole ring in flight"},
-        {1, 2, "claimed units, 2 units in flight (default)"},
-        {0, 2, "fixed shares, 2 units in flight"},
+    static const struct { int early_q; const char *name; } cfg[] = {
+        {1, "early q (default)"},
+        {0, "grid barrier between QKV and attention"},
     };
     const int bs = 16, S = 2112 / 16;
     const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
@@ -648,8 +646,7 @@ static void decode_ab(void)
     for (int rep = 0; rep < 3; rep++)
         for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
             engine eng;
-            k_set_decode_dynamic(cfg[i].dynamic); /* read when the graph is captured */
-            k_set_decode_inflight(cfg[i].inflight);
+            k_set_decode_early_q(cfg[i].early_q); /* read when the graph is captured */
             if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
             fill_kv(&eng, &sb, 1, 1, S, bs);
             eng_step s = make_step(&sb, 1, 1024, 1, S, bs, 0);
@@ -659,8 +656,7 @@ static void decode_ab(void)
             row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
             engine_close(&eng);
         }
-    k_set_decode_dynamic(1);
-    k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
+    k_set_decode_early_q(1);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
@@ -683,14 +679,15 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
     fill_kv(&eng, &sb, B, 1, S, bs);
     eng_step s = make_step(&sb, B, 1024, 1, S, bs, 0);
     int grid = k_decode_stream_grid();
-    size_t n = (size_t)NB * grid * 4;
+    const int NT = 9 * L; /* the barriers' records, then four points a layer inside attention */
+    size_t n = (size_t)NT * grid * 4;
     unsigned long long *d, *h = malloc(n * 8);
     CK(cudaMalloc((void **)&d, n * 8));
     for (int rep = 0; rep < 3; rep++) { /* the last repetition is the one read */
         do_step(&(step_ctx){&eng, s}, 0);
         CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
         CK(cudaMemset(d, 0, n * 8));
-        k_set_decode_trace(d, NB);
+        k_set_decode_trace(d, NT);
         do_step(&(step_ctx){&eng, s}, 0);
         CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
         k_set_decode_trace(NULL, 0);
@@ -736,6 +733,31 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
             tot += wall[q] / cnt[q] / 1e3;
         }
         printf("| total a layer                  | %8.2f | | | | | |\n", tot);
+        /* Inside attention (layers 1..30), from the exit of the barrier (or signal) before it. */
+        static const char *pn[5] = {"first KV slot in", "attend + partials (1st segment)",
+                                    "counter (+ wait, mergers)", "merge, later segments", "to the barrier"};
+        double sum[2][5] = {{0}}, mxs[2][5] = {{0}};
+        int nb[2] = {0};
+        for (int li = 1; li < L - 1; li++)
+            for (int b = 0; b < grid; b++) {
+                double p[6];
+                p[0] = T(5 * li, b, 1);
+                for (int j = 0; j < 4; j++) p[j + 1] = T(5 * L + 4 * li + j, b, 0);
+                p[5] = T(5 * li + 1, b, 0);
+                if (!p[1] || !p[2] || !p[3] || !p[4]) continue; /* a block without old tokens */
+                const int mg = (long long)h[((size_t)(5 * L + 4 * li + 2) * grid + b) * 4 + 1] >= 0;
+                nb[mg]++;
+                for (int j = 0; j < 5; j++) {
+                    const double dt = (p[j + 1] - p[j]) / ghz / 1e3;
+                    sum[mg][j] += dt, mxs[mg][j] = dt > mxs[mg][j] ? dt : mxs[mg][j];
+                }
+            }
+        printf("attention phase inside (us, layers 1..%d): mean (max) over %d merging and %d other block-layers\n",
+               L - 2, nb[1], nb[0]);
+        printf("| step                              | mergers        | others         |\n|---|---|---|\n");
+        for (int j = 0; j < 5; j++)
+            printf("| %-33s | %6.2f (%6.2f) | %6.2f (%6.2f) |\n", pn[j], nb[1] ? sum[1][j] / nb[1] : 0, mxs[1][j],
+                   nb[0] ? sum[0][j] / nb[0] : 0, mxs[0][j]);
     }
 #undef T
     cudaFree(d);
@@ -854,6 +876,10 @@ int main(int argc, char **argv)
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
         decode_trace(1, 0, 0, 1, f0);
+        printf("\n(the next: a grid barrier between the QKV phase and attention, no early q)");
+        k_set_decode_early_q(0);
+        decode_trace(1, 0, 0, 1, f0);
+        k_set_decode_early_q(1);
         decode_trace(1, 0, 0, 0, f0);
         static const int pend[] = {0, 3, 4}; /* other numbers of copies pending per block */
         for (size_t i = 0; i < sizeof pend / sizeof *pend; i++) decode_trace(1, 0, 0, 1, pend[i]);
