@@ -587,9 +587,13 @@ __device__ __forceinline__ void attend(const k_decode_args &a, int hpw, const fl
             for (int e = 0; e < DPL; e++) d = fmaf(q[i][e], kf[e], d);
             s[j] = d;
         }
+        // Every token's sum, then the mask: under `j < n ? warp_sum : -inf` the compiler built
+        // one branch region per token and ran the eight shuffle chains one after another (SASS).
+#pragma unroll
+        for (int j = 0; j < TPS; j++) s[j] = warp_sum(s[j]);
 #pragma unroll
         for (int j = 0; j < TPS; j++) {
-            s[j] = j < n ? warp_sum(s[j]) : -INFINITY;
+            s[j] = j < n ? s[j] : -INFINITY;
             mnew = fmaxf(mnew, s[j]);
         }
         const float corr = exp2f(mx[i] - mnew); // 0 on the first tokens (mx = -inf)
