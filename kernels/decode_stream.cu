@@ -379,14 +379,17 @@ __device__ __forceinline__ unsigned *q_counter(const k_decode_args &a, int li)
 }
 __device__ __forceinline__ unsigned *qkv_counter(const k_decode_args &a, int li) { return q_counter(a, li) + 32; }
 
-// Trace record k of this block (k_set_decode_trace): SM clock at arrival c0 and at exit, global
-// timer at exit, the cycles warp 0 waited for ring data since the previous record. Thread 0.
+// This block's four words of trace record k (k_set_decode_trace), or NULL past the buffer.
+__device__ __forceinline__ unsigned long long *trace_rec(const k_decode_args &a, unsigned k)
+{
+    return a.trace && k < (unsigned)a.trace_n ? a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4 : nullptr;
+}
+
+// Record k: SM clock at arrival c0 and at exit, global timer at exit, the cycles warp 0 waited
+// for ring data since the previous record. Thread 0.
 __device__ __forceinline__ void trace_mark(const k_decode_args &a, unsigned k, long long c0, ds_ring &ring)
 {
-    if (a.trace && k < (unsigned)a.trace_n) {
-        unsigned long long *t = a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4;
-        t[0] = c0, t[1] = clock64(), t[2] = globaltimer(), t[3] = ring.waited;
-    }
+    if (unsigned long long *t = trace_rec(a, k)) t[0] = c0, t[1] = clock64(), t[2] = globaltimer(), t[3] = ring.waited;
     ring.waited = 0;
 }
 
@@ -394,11 +397,8 @@ __device__ __forceinline__ void trace_mark(const k_decode_args &a, unsigned k, l
 // and what. For bench_engine_gpu's breakdown of the phase.
 __device__ __forceinline__ void trace_point(const k_decode_args &a, int li, int j, long long what)
 {
-    const unsigned k = 5 * a.num_layers + 4 * li + j;
-    if (a.trace && k < (unsigned)a.trace_n && threadIdx.x == 0) {
-        unsigned long long *t = a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4;
-        t[0] = clock64(), t[1] = what, t[2] = globaltimer();
-    }
+    unsigned long long *t = threadIdx.x == 0 ? trace_rec(a, 5 * a.num_layers + 4 * li + j) : nullptr;
+    if (t) t[0] = clock64(), t[1] = what, t[2] = globaltimer();
 }
 
 // Waits until every block's consumers have called it as often as this one's. Writes before it
