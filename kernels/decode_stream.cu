@@ -194,8 +194,9 @@ struct ds_ring {
     int ns, slot_bytes;
     unsigned k; // units passed through the ring so far (this thread's count)
     int inflight; // producer: at most this many units' copies pending (0: the ring's slots)
-    bool timed; // trace on: count the cycles spent waiting for data
-    long long waited;
+    bool timed; // trace on: count the cycles spent waiting (consumer warp 0, producer lane 0)
+    long long waited;     // consumer: for data; producer: for a free slot (the ring full)
+    long long fly_waited; // producer: for the in-flight limit
 
     __device__ __forceinline__ unsigned char *slot(unsigned i) const { return slots + (size_t)(i % ns) * slot_bytes; }
     // Waits until unit k's bytes have landed.
@@ -209,11 +210,17 @@ struct ds_ring {
     // in-flight limit, unit k - inflight has landed.
     __device__ __forceinline__ void acquire()
     {
+        long long c0 = timed ? clock64() : 0;
         if (k >= (unsigned)ns) mbar_wait(&empty[k % ns], ((k / ns) - 1) & 1);
+        if (timed) {
+            const long long c1 = clock64();
+            waited += c1 - c0, c0 = c1;
+        }
         if (inflight && k >= (unsigned)inflight) {
             const unsigned j = k - inflight;
             mbar_wait(&full[j % ns], (j / ns) & 1);
         }
+        if (timed) fly_waited += clock64() - c0;
     }
     // This warp is done with unit k's slot (one arrival per consumer warp frees it).
     __device__ __forceinline__ void release()
@@ -266,11 +273,33 @@ __device__ __forceinline__ int upr_of(const k_decode_args &a, int ph)
     return ph == PH_QKV ? a.upr[0] : ph == PH_O ? a.upr[1] : ph == PH_GU ? a.upr[2] : a.upr[3];
 }
 
+// ---- trace (k_set_decode_trace) ------------------------------------------------------------------
+// Records of four words per block: per layer five consumer barrier records, four points inside
+// attention, five producer records (K_DECODE_TRACE_RECORDS).
+
+// This block's four words of trace record k, or NULL past the buffer.
+__device__ __forceinline__ unsigned long long *trace_rec(const k_decode_args &a, unsigned k)
+{
+    return a.trace && k < (unsigned)a.trace_n ? a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4 : nullptr;
+}
+
+// Producer record of (layer li, phase ph), once its units are issued (lane 0): SM clock, the
+// cycles waited for a free slot and for the in-flight limit, and the units issued (with the end
+// marker).
+__device__ __forceinline__ void producer_mark(const k_decode_args &a, int li, int ph, ds_ring &ring, unsigned k0)
+{
+    unsigned long long *t = (threadIdx.x & 31) == 0 ? trace_rec(a, 9 * a.num_layers + 5 * li + ph) : nullptr;
+    if (t) t[0] = clock64(), t[1] = ring.waited, t[2] = ring.fly_waited, t[3] = ring.k - k0;
+    ring.waited = ring.fly_waited = 0;
+}
+
 // ---- producer --------------------------------------------------------------------------------
 
 // The block's units of one GEMM phase: [u0, u1) when claim is NULL, else claimed one at a time
-// from the phase's global counter (the next claim in flight while a unit's copies are issued), so
-// that blocks whose bytes arrive sooner take more; then an end-of-phase marker.
+// from the phase's global counter, so that blocks whose bytes arrive sooner take more; then an
+// end-of-phase marker. Two claims are in flight while a unit's copies are issued: a claim is an
+// L2 round trip (~1 us while the stream runs), and with one in flight the producer waited for
+// it after most units, below its in-flight limit.
 template <int EPI>
 __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, int u0, int u1, unsigned *claim,
                                              ds_ring &ring, uint64_t pol)
@@ -278,11 +307,14 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
     const int lane = threadIdx.x & 31;
     const unsigned row_bytes = (unsigned)sa.K * 2;
     const int U = (sa.N + upr - 1) / upr;
-    int u = u0;
-    if (claim) u = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(claim, 1u) : 0, 0);
+    int u = u0, next = u0 + 1; // the unit to issue, and the one after it (lane 0's, when claimed)
+    if (claim) {
+        const int c = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(claim, 2u) : 0, 0);
+        u = c, next = c + 1;
+    }
     for (;; ring.k++) {
-        int next = u + 1;
-        if (claim) next = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for at its use
+        int after = next + 1;
+        if (claim) after = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for two units on
         const bool end = claim ? u >= U : u >= u1;
         const unsigned s = ring.k % ring.ns;
         ring.acquire();
@@ -298,6 +330,7 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
             bulk_copy(ring.slot(ring.k) + lane * row_bytes, sa.w + (int64_t)flat_row<EPI>(sa, f0 + lane) * sa.K,
                       row_bytes, &ring.full[s], pol);
         u = claim ? __shfl_sync(0xffffffffu, next, 0) : next;
+        next = after;
     }
 }
 
@@ -331,6 +364,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
         const k_layer_w L = a.layers[li];
         int u0, u1;
         for (int ph = PH_QKV; ph <= PH_DOWN; ph++) {
+            const unsigned k0 = ring.k;
             if (ph == PH_ATTN) {
                 for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
                     if (e_hi == base + lens[b]) e_hi--; // the newest token is read after phase 1 writes it
@@ -349,6 +383,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
                         }
                     }
                 });
+                producer_mark(a, li, ph, ring, k0);
                 continue;
             }
             const k_skinny_args sa = gemm_args(a, L, ph);
@@ -360,6 +395,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
             if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, u0, u1, claim, ring, pol);
             else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, u0, u1, claim, ring, pol);
             else produce_gemm<K_EPI_RESIDUAL>(sa, upr, u0, u1, claim, ring, pol);
+            producer_mark(a, li, ph, ring, k0);
         }
     }
 }
@@ -378,12 +414,6 @@ __device__ __forceinline__ unsigned *q_counter(const k_decode_args &a, int li)
     return a.barrier + 32 * (1 + 4 * a.num_layers) + 16 * a.num_layers + 64 * li;
 }
 __device__ __forceinline__ unsigned *qkv_counter(const k_decode_args &a, int li) { return q_counter(a, li) + 32; }
-
-// This block's four words of trace record k (k_set_decode_trace), or NULL past the buffer.
-__device__ __forceinline__ unsigned long long *trace_rec(const k_decode_args &a, unsigned k)
-{
-    return a.trace && k < (unsigned)a.trace_n ? a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4 : nullptr;
-}
 
 // Record k: SM clock at arrival c0 and at exit, global timer at exit, the cycles warp 0 waited
 // for ring data since the previous record. Thread 0.
@@ -417,21 +447,50 @@ __device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &targ
     consumer_sync();
 }
 
-// xs (M, K/8 chunks) = bf16(RMSNorm(x rows) * w), or a copy of the bf16 rows src.
+// xs (M, K/8 chunks) = bf16(RMSNorm(x rows) * w). At M = 1 the first NR chunks a thread
+// handles stay in registers between the sum of squares and the scaling, loaded at once with
+// their weights: one L2 round trip (~1-2 us while the stream runs, on the critical path of every
+// norm) instead of two, for K <= 8 * DS_CTHREADS * NR; chunks past them are loaded again. (At
+// M >= 2 the kept rows pushed the kernel past its 168 registers a thread: spills.)
 template <int M>
 __device__ __forceinline__ void stage_norm(const float *x, const bf16_t *w, int K, float eps, uint4 *xs,
                                            float (*red)[M])
 {
+    constexpr int NR = M == 1 ? 2 : 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = K / 8;
-    float inv[M];
+    const uint4 *nw = reinterpret_cast<const uint4 *>(w);
+    float4 keep[M][NR > 0 ? NR : 1][2];
+    uint4 wk[NR > 0 ? NR : 1];
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        const int c = threadIdx.x + i * DS_CTHREADS;
+        if (c >= C) break;
+        wk[i] = __ldg(nw + c);
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const float4 *xr = reinterpret_cast<const float4 *>(x + (int64_t)m * K);
+            keep[m][i][0] = __ldcg(xr + 2 * c), keep[m][i][1] = __ldcg(xr + 2 * c + 1);
+        }
+    }
+    auto sq = [](float4 p, float4 q) {
+        return p.x * p.x + p.y * p.y + p.z * p.z + p.w * p.w + q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
+    };
+    auto put = [&](int m, int c, float4 p, float4 q, uint4 wv, float inv) {
+        float y[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w}, wf[8], o[8];
+        bf16x8_to_f32(wv, wf);
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j] = y[j] * inv * wf[j];
+        xs[m * C + c] = f32_to_bf16x8(o);
+    };
 #pragma unroll
     for (int m = 0; m < M; m++) {
         const float4 *xr = reinterpret_cast<const float4 *>(x + (int64_t)m * K);
         float ss = 0;
-        for (int c = threadIdx.x; c < C; c += DS_CTHREADS) {
-            const float4 p = __ldcg(xr + 2 * c), q = __ldcg(xr + 2 * c + 1);
-            ss += p.x * p.x + p.y * p.y + p.z * p.z + p.w * p.w + q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
-        }
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            if (threadIdx.x + i * DS_CTHREADS < C) ss += sq(keep[m][i][0], keep[m][i][1]);
+        for (int c = threadIdx.x + NR * DS_CTHREADS; c < C; c += DS_CTHREADS)
+            ss += sq(__ldcg(xr + 2 * c), __ldcg(xr + 2 * c + 1));
         ss = warp_sum(ss);
         if (lane == 0) red[warp][m] = ss;
     }
@@ -441,20 +500,15 @@ __device__ __forceinline__ void stage_norm(const float *x, const bf16_t *w, int 
         float tot = 0;
 #pragma unroll
         for (int k = 0; k < DS_CWARPS; k++) tot += red[k][m];
-        inv[m] = rsqrtf(tot / (float)K + eps);
-    }
-    const uint4 *nw = reinterpret_cast<const uint4 *>(w);
-#pragma unroll
-    for (int m = 0; m < M; m++) {
+        const float inv = rsqrtf(tot / (float)K + eps);
         const float4 *xr = reinterpret_cast<const float4 *>(x + (int64_t)m * K);
-        for (int c = threadIdx.x; c < C; c += DS_CTHREADS) {
-            const float4 p = __ldcg(xr + 2 * c), q = __ldcg(xr + 2 * c + 1);
-            float y[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w}, wf[8], o[8];
-            bf16x8_to_f32(__ldg(nw + c), wf);
 #pragma unroll
-            for (int j = 0; j < 8; j++) o[j] = y[j] * inv[m] * wf[j];
-            xs[m * C + c] = f32_to_bf16x8(o);
+        for (int i = 0; i < NR; i++) {
+            const int c = threadIdx.x + i * DS_CTHREADS;
+            if (c < C) put(m, c, keep[m][i][0], keep[m][i][1], wk[i], inv);
         }
+        for (int c = threadIdx.x + NR * DS_CTHREADS; c < C; c += DS_CTHREADS)
+            put(m, c, __ldcg(xr + 2 * c), __ldcg(xr + 2 * c + 1), __ldg(nw + c), inv);
     }
     consumer_sync();
 }
@@ -866,7 +920,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + a.ring_off;
     ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
-    ring.timed = a.trace != nullptr && threadIdx.x == 0, ring.waited = 0;
+    ring.timed = a.trace != nullptr && (threadIdx.x == 0 || threadIdx.x == DS_CTHREADS);
+    ring.waited = ring.fly_waited = 0;
     unsigned char *scratch = smem + a.scratch_off;
     int32_t *toks = reinterpret_cast<int32_t *>(smem + a.toks_off);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -943,6 +998,63 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring);
         }
     }
+}
+
+// ---- stream probe (benchmarks) ---------------------------------------------------------------
+// The kernel's memory stream without the rest: each block's producer warp copies units of `rows`
+// consecutive rows of row_bytes (one bulk copy a row, as for the weights) through the same ring,
+// at most `inflight` units pending (0: the ring), and the consumer warps only free the slots.
+// Block b takes units b, b + grid, ... So bench_engine_gpu can tell the rate the stream itself
+// reaches from what the phases and their barriers cost.
+__global__ void __launch_bounds__(DS_THREADS, 1)
+    stream_probe_kernel(const unsigned char *src, int64_t units, int row_bytes, int rows, int ns, int inflight)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    ds_ring ring;
+    ring.full = reinterpret_cast<uint64_t *>(smem);
+    ring.empty = ring.full + DS_MAX_SLOTS;
+    ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
+    ring.ns = ns, ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
+    ring.timed = false, ring.waited = ring.fly_waited = 0;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ns; s++) mbar_init(&ring.full[s], 1), mbar_init(&ring.empty[s], DS_CWARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t mine = units > blockIdx.x ? (units - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    if (warp == DS_CWARPS) {
+        const uint64_t pol = evict_first_policy();
+        for (int64_t i = 0; i < mine; i++, ring.k++) {
+            const unsigned char *u = src + (blockIdx.x + i * gridDim.x) * (int64_t)ring.slot_bytes;
+            ring.acquire();
+            if (lane == 0) mbar_expect_tx(&ring.full[ring.k % ns], ring.slot_bytes);
+            __syncwarp();
+            if (lane < rows)
+                bulk_copy(ring.slot(ring.k) + lane * row_bytes, u + lane * row_bytes, row_bytes,
+                          &ring.full[ring.k % ns], pol);
+        }
+    } else if (warp < DS_CWARPS) {
+        for (int64_t i = 0; i < mine; i++, ring.k++) {
+            ring.wait_full();
+            ring.release();
+        }
+    }
+}
+
+// Plain 16-byte loads over the same bytes, four in flight a thread, for the read ceiling.
+__global__ void __launch_bounds__(512) read_probe_kernel(const uint4 *src, int64_t n, unsigned *sink)
+{
+    unsigned acc = 0;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += 4 * step) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = i + j * step < n ? __ldcs(src + i + j * step) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc; // keeps the loads
 }
 
 // ---- host ------------------------------------------------------------------------------------
@@ -1090,10 +1202,10 @@ template <int HD> static cudaError_t ds_m(const k_decode_args *a, cudaStream_t s
 static unsigned long long *trace_buf;
 static int32_t trace_len;
 
-extern "C" void k_set_decode_trace(unsigned long long *buf, int32_t barriers)
+extern "C" void k_set_decode_trace(unsigned long long *buf, int32_t records)
 {
     trace_buf = buf;
-    trace_len = buf ? barriers : 0;
+    trace_len = buf ? records : 0;
 }
 
 extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t stream)
@@ -1103,4 +1215,25 @@ extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t s
     a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units, a.early_q = early_q;
     a.inflight = inflight_units > 0 && inflight_units < a.nslots ? inflight_units : 0;
     return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
+}
+
+extern "C" cudaError_t k_stream_probe(const void *src, int64_t bytes, int32_t row_bytes, int32_t rows,
+                                      int32_t inflight, cudaStream_t stream)
+{
+    const int64_t unit = (int64_t)row_bytes * rows, ring = 192 * 1024;
+    if (row_bytes % 16 || rows < 1 || rows > 32 || unit > ring) return cudaErrorInvalidValue;
+    const int ns = (int)(ring / unit < DS_MAX_SLOTS ? ring / unit : DS_MAX_SLOTS);
+    const int smem = 2 * DS_MAX_SLOTS * 8 + ns * (int)unit;
+    cudaError_t err = cudaFuncSetAttribute(stream_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err) return err;
+    stream_probe_kernel<<<ds_sms(), DS_THREADS, smem, stream>>>(static_cast<const unsigned char *>(src),
+                                                                 bytes / unit, row_bytes, rows, ns,
+                                                                 inflight < ns ? inflight : 0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t k_read_probe(const void *src, int64_t bytes, unsigned *sink, cudaStream_t stream)
+{
+    read_probe_kernel<<<ds_sms() * 4, 512, 0, stream>>>(static_cast<const uint4 *>(src), bytes / 16, sink);
+    return cudaGetLastError();
 }

@@ -184,11 +184,14 @@ typedef struct k_decode_args {
 } k_decode_args;
 
 /* Instrumentation for benchmarks: later k_decode_stream launches record, for each of their first
- * `barriers` grid barriers and each block b, (SM clock at arrival, SM clock at exit, global timer
- * at exit, SM cycles consumer warp 0 waited for ring data since the previous barrier) at
- * buf[(k * grid + b) * 4] (grid: k_decode_stream_grid()). NULL turns it off. Not for graph
- * capture (the pointer is read at launch). */
-void k_set_decode_trace(unsigned long long *buf, int32_t barriers);
+ * `records` trace records k and each block b, four words at buf[(k * grid + b) * 4] (grid:
+ * k_decode_stream_grid()). Records 0 .. 5L-1 are the grid barriers (SM clock at arrival, SM clock
+ * at exit, global timer at exit, SM cycles consumer warp 0 waited for ring data since the previous
+ * one); 5L + 4l + j the four points inside layer l's attention; 9L + 5l + p the producer's end of
+ * phase p of layer l (decode_stream.cu). NULL turns it off. Not for graph capture (the pointer is
+ * read at launch). */
+#define K_DECODE_TRACE_RECORDS(L) (14 * (L))
+void k_set_decode_trace(unsigned long long *buf, int32_t records);
 
 /* Bytes of a ring slot of later k_decode_stream launches (0: the default, 32 KB or the smallest
  * that holds two rows of the widest GEMM); for benchmarks. */
@@ -216,6 +219,15 @@ void k_set_decode_inflight(int32_t units);
  * barrier (default 1: a signal warp per block waits for every block's Q rows, and the merges for
  * every block's K/V rows) or with one (0); for benchmarks and tests. */
 void k_set_decode_early_q(int on);
+
+/* For benchmarks: streams `bytes` from src through k_decode_stream's shared-memory ring as its
+ * producers do (units of `rows` rows of row_bytes, one bulk copy a row, at most `inflight` units
+ * pending a block, 0: the ring's ~192 KB), with nothing else running; the consumers only free
+ * the slots. */
+cudaError_t k_stream_probe(const void *src, int64_t bytes, int32_t row_bytes, int32_t rows, int32_t inflight,
+                           cudaStream_t stream);
+/* For benchmarks: reads `bytes` (a multiple of 16) from src with plain 16-byte loads from every SM. */
+cudaError_t k_read_probe(const void *src, int64_t bytes, unsigned *sink, cudaStream_t stream);
 
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */

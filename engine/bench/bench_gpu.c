@@ -660,6 +660,55 @@ static void decode_ab(void)
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
+/* ---- the memory stream alone ------------------------------------------------------------------ */
+
+typedef struct {
+    void *src;
+    int64_t bytes;
+    int row, rows, inflight;
+    unsigned *sink;
+} probe_ctx;
+
+static void do_stream_probe(void *ctx, int i)
+{
+    probe_ctx *c = ctx;
+    CK(k_stream_probe(c->src, c->bytes, c->row, c->rows, c->inflight, stream));
+}
+
+static void do_read_probe(void *ctx, int i)
+{
+    probe_ctx *c = ctx;
+    CK(k_read_probe(c->src, c->bytes, c->sink, stream));
+}
+
+/* The rate 1 GiB streams at through the persistent decode kernel's ring (bulk copies of weight-row
+ * units, some pending a block, nothing else running) and with plain loads: what the kernel's
+ * phases could reach if they cost nothing but their bytes. */
+static void stream_probe(void)
+{
+    probe_ctx c = {.bytes = (int64_t)1 << 30};
+    c.src = dmalloc_random((size_t)c.bytes, 9);
+    CK(cudaMalloc((void **)&c.sink, sizeof(unsigned)));
+    double t = time_it(do_read_probe, &c, 10, 9);
+    row("read, 16-byte loads", "1 GiB, 4 loads a thread in flight", t, (double)c.bytes, "GB/s", copy_bw,
+        c.bytes / copy_bw);
+    static const struct { int row, rows, inflight; } v[] = {
+        {8192, 4, 1}, {8192, 4, 2}, {8192, 4, 3}, {8192, 4, 4}, {8192, 4, 0},
+        {22016, 1, 2}, {22016, 1, 3}, {22016, 1, 0}, {16384, 2, 2}, {4096, 8, 2},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        c.row = v[i].row, c.rows = v[i].rows, c.inflight = v[i].inflight;
+        const int64_t unit = (int64_t)c.row * c.rows;
+        const double amount = (double)(c.bytes / unit * unit);
+        t = time_it(do_stream_probe, &c, 10, 9);
+        char shape[64], fl[16] = "ring";
+        if (c.inflight) snprintf(fl, sizeof fl, "%d", c.inflight);
+        snprintf(shape, sizeof shape, "%d x %d B a unit, %s in flight", c.rows, c.row, fl);
+        row("ring stream (decode kernel)", shape, t, amount, "GB/s", copy_bw, amount / copy_bw);
+    }
+    cudaFree(c.src), cudaFree(c.sink);
+}
+
 /* ---- inside the persistent decode kernel ----------------------------------------------------- */
 
 /* Runs the decode step of B sequences at context 1024 without a graph, with the persistent
@@ -679,7 +728,7 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
     fill_kv(&eng, &sb, B, 1, S, bs);
     eng_step s = make_step(&sb, B, 1024, 1, S, bs, 0);
     int grid = k_decode_stream_grid();
-    const int NT = 9 * L; /* the barriers' records, then four points a layer inside attention */
+    const int NT = K_DECODE_TRACE_RECORDS(L);
     size_t n = (size_t)NT * grid * 4;
     unsigned long long *d, *h = malloc(n * 8);
     CK(cudaMalloc((void **)&d, n * 8));
@@ -752,6 +801,22 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
                     sum[mg][j] += dt, mxs[mg][j] = dt > mxs[mg][j] ? dt : mxs[mg][j];
                 }
             }
+        /* The producers: what held each phase's copies back (mean block, layers 1..30). While a
+         * ring is full its block's share of memory has nothing to do. */
+        static const char *pp[5] = {"qkv", "attention KV", "o", "gate/up", "down"};
+        printf("producers, per phase issued (us, mean block, layers 1..%d)\n", L - 2);
+        printf("| phase        | waiting: ring full | waiting: in-flight limit | units |\n|---|---|---|---|\n");
+        for (int p = 0; p < 5; p++) {
+            double full = 0, fly = 0, units = 0;
+            for (int li = 1; li < L - 1; li++)
+                for (int b = 0; b < grid; b++) {
+                    const size_t r = ((size_t)(9 * L + 5 * li + p) * grid + b) * 4;
+                    full += h[r + 1], fly += h[r + 2], units += h[r + 3];
+                }
+            const double nbl = (double)(L - 2) * grid;
+            printf("| %-12s | %8.2f | %8.2f | %6.2f |\n", pp[p], full / nbl / ghz / 1e3, fly / nbl / ghz / 1e3,
+                   units / nbl);
+        }
         printf("attention phase inside (us, layers 1..%d): mean (max) over %d merging and %d other block-layers\n",
                L - 2, nb[1], nb[0]);
         printf("| step                              | mergers        | others         |\n|---|---|---|\n");
@@ -873,6 +938,7 @@ int main(int argc, char **argv)
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "ab")) decode_ab();
+    if (!strcmp(what, "all") || !strcmp(what, "stream")) stream_probe();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
         decode_trace(1, 0, 0, 1, f0);
