@@ -275,7 +275,7 @@ __device__ __forceinline__ int upr_of(const k_decode_args &a, int ph)
 
 // ---- trace (k_set_decode_trace) ------------------------------------------------------------------
 // Records of four words per block: per layer five consumer barrier records, four points inside
-// attention, five producer records (K_DECODE_TRACE_RECORDS).
+// attention, five producer records and four consumer GEMM-phase records (K_DECODE_TRACE_RECORDS).
 
 // This block's four words of trace record k, or NULL past the buffer.
 __device__ __forceinline__ unsigned long long *trace_rec(const k_decode_args &a, unsigned k)
@@ -291,6 +291,13 @@ __device__ __forceinline__ void producer_mark(const k_decode_args &a, int li, in
     unsigned long long *t = (threadIdx.x & 31) == 0 ? trace_rec(a, 9 * a.num_layers + 5 * li + ph) : nullptr;
     if (t) t[0] = clock64(), t[1] = ring.waited, t[2] = ring.fly_waited, t[3] = ring.k - k0;
     ring.waited = ring.fly_waited = 0;
+}
+
+// Consumer record of layer li's GEMM phase g (0 QKV, 1 O, 2 gate/up, 3 down) for thread 0, else
+// NULL (consume_gemm).
+__device__ __forceinline__ unsigned long long *gemm_rec(const k_decode_args &a, int li, int g)
+{
+    return threadIdx.x == 0 ? trace_rec(a, 14 * a.num_layers + 4 * li + g) : nullptr;
 }
 
 // ---- producer --------------------------------------------------------------------------------
@@ -529,15 +536,21 @@ template <int M> __device__ __forceinline__ void stage_copy(const bf16_t *src, i
 // With qunits >= 0 (the QKV phase under early_q: units below qunits hold Q rows), each warp tells
 // the signal warp when it is past the block's Q units (a block's units only increase), and when
 // it is past all of them.
+// rec (thread 0, trace on): the phase's consumer record (SM clock at the start, at the first
+// unit's data, at the end marker; the tasks warp 0 ran).
 template <int M, int EPI>
 __device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, const uint4 *xs, ds_ring &ring,
-                                             int qunits = -1)
+                                             unsigned long long *rec, int qunits = -1)
 {
     constexpr int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1; // rows per warp task
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = sa.K / 8, tpu = upr / RPW;
     bool q_passed = qunits < 0;
+    const long long c0 = rec ? clock64() : 0;
+    long long c1 = 0;
+    unsigned tasks = 0;
     for (;; ring.k++) {
         ring.wait_full();
+        if (rec && !c1) c1 = clock64();
         const int u = ring.unit[ring.k % ring.ns];
         if (!q_passed && (u < 0 || u >= qunits)) {
             signal_arrive<DS_BAR_Q_PASSED>();
@@ -547,6 +560,7 @@ __device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, c
             ring.release();
             ring.k++;
             if (qunits >= 0) signal_arrive<DS_BAR_QKV_DONE>();
+            if (rec) rec[0] = c0, rec[1] = c1, rec[2] = clock64(), rec[3] = tasks;
             return;
         }
         const int f0 = u * upr, rows = min(upr, sa.N - f0);
@@ -555,6 +569,7 @@ __device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, c
             ring.release();
             continue;
         }
+        tasks++;
         float acc[RPW][M];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
@@ -967,7 +982,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
-            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, qunits);
+            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, gemm_rec(a, li, 0), qunits);
         }
         if (a.early_q) { // no grid barrier: the signal warp says when every block's Q rows are in
             const long long c0 = clock64();
@@ -983,19 +998,19 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
-            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring);
+            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
         }
         grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
-            consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring);
+            consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring, gemm_rec(a, li, 2));
         }
         grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
-            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring);
+            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
         }
     }
 }

@@ -188,9 +188,9 @@ typedef struct k_decode_args {
  * k_decode_stream_grid()). Records 0 .. 5L-1 are the grid barriers (SM clock at arrival, SM clock
  * at exit, global timer at exit, SM cycles consumer warp 0 waited for ring data since the previous
  * one); 5L + 4l + j the four points inside layer l's attention; 9L + 5l + p the producer's end of
- * phase p of layer l (decode_stream.cu). NULL turns it off. Not for graph capture (the pointer is
- * read at launch). */
-#define K_DECODE_TRACE_RECORDS(L) (14 * (L))
+ * phase p of layer l; 14L + 4l + g the consumers' GEMM phase g of layer l (decode_stream.cu). NULL
+ * turns it off. Not for graph capture (the pointer is read at launch). */
+#define K_DECODE_TRACE_RECORDS(L) (18 * (L))
 void k_set_decode_trace(unsigned long long *buf, int32_t records);
 
 /* Bytes of a ring slot of later k_decode_stream launches (0: the default, 32 KB or the smallest

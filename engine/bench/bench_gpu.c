@@ -817,6 +817,27 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
             printf("| %-12s | %8.2f | %8.2f | %6.2f |\n", pp[p], full / nbl / ghz / 1e3, fly / nbl / ghz / 1e3,
                    units / nbl);
         }
+        /* The consumers inside each GEMM phase (mean block): from the exit of the barrier (or
+         * signal) before it to the staged input, to the first unit's data, to the end marker, to
+         * the arrival at the barrier after it. */
+        static const char *gn[4] = {"qkv", "o", "gate/up", "down"};
+        static const int g_start[4] = {-1, 1, 2, 3}; /* barrier records 5 li + these */
+        printf("consumers, per GEMM phase (us, mean block, layers 1..%d)\n", L - 2);
+        printf("| phase    | barrier to input staged | to first data | units | to the next barrier | tasks of warp 0 |\n"
+               "|---|---|---|---|---|---|\n");
+        for (int g = 0; g < 4; g++) {
+            double dt[4] = {0}, tasks = 0;
+            for (int li = 1; li < L - 1; li++)
+                for (int b = 0; b < grid; b++) {
+                    const int r = 14 * L + 4 * li + g;
+                    const double p0 = T(5 * li + g_start[g], b, 1), p4 = T(5 * li + g_start[g] + 1, b, 0);
+                    dt[0] += T(r, b, 0) - p0, dt[1] += T(r, b, 1) - T(r, b, 0), dt[2] += T(r, b, 2) - T(r, b, 1);
+                    dt[3] += p4 - T(r, b, 2), tasks += T(r, b, 3);
+                }
+            const double nbl = (double)(L - 2) * grid;
+            printf("| %-8s | %8.2f | %8.2f | %8.2f | %8.2f | %6.2f |\n", gn[g], dt[0] / nbl / ghz / 1e3,
+                   dt[1] / nbl / ghz / 1e3, dt[2] / nbl / ghz / 1e3, dt[3] / nbl / ghz / 1e3, tasks / nbl);
+        }
         printf("attention phase inside (us, layers 1..%d): mean (max) over %d merging and %d other block-layers\n",
                L - 2, nb[1], nb[0]);
         printf("| step                              | mergers        | others         |\n|---|---|---|\n");
