@@ -54,8 +54,13 @@
 // attention's output as NCCL-style LL words (data + flag in one 64-bit store) polled by every
 // block instead of a grid barrier and a load (3.84 ms: the polling slowed the merges and the
 // stream); every consumer warp polling the barrier, staggered (3.85 ms: the barrier's line got
-// slower); no in-flight limit on attention's KV copies (no change). ncu: 1.6% of warp stalls
-// are instruction-cache misses, although the kernel is 216 KB of SASS.
+// slower); no in-flight limit on attention's KV copies (no change); claiming 2-8 units ahead
+// and sending them to L2 whenever the ring was full (3.94-4.15 ms); three of down's 22 KB rows
+// in flight instead of two (3.76 against 3.745 ms), although the ring alone streams 3% faster
+// so (bench_engine_gpu stream: 4.41 against 4.27 TB/s; 4.45 with two 32 KB units). Every change
+// that put more bytes in flight lengthened the consumers' L2 round trips (barriers, norms,
+// merges), and those, not the stream, set the step's time. ncu: 1.6% of warp stalls are
+// instruction-cache misses, although the kernel is 216 KB of SASS.
 #include <math.h>
 
 #include "kernels/skinny_rows.cuh"
@@ -305,8 +310,8 @@ __device__ __forceinline__ unsigned long long *gemm_rec(const k_decode_args &a, 
 // The block's units of one GEMM phase: [u0, u1) when claim is NULL, else claimed one at a time
 // from the phase's global counter, so that blocks whose bytes arrive sooner take more; then an
 // end-of-phase marker. Two claims are in flight while a unit's copies are issued: a claim is an
-// L2 round trip (~1 us while the stream runs), and with one in flight the producer waited for
-// it after most units, below its in-flight limit.
+// L2 round trip (~1 us while the stream runs), which with one in flight could hold the next
+// unit's copies back.
 template <int EPI>
 __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, int u0, int u1, unsigned *claim,
                                              ds_ring &ring, uint64_t pol)
