@@ -227,6 +227,12 @@ struct ds_ring {
         }
         if (timed) fly_waited += clock64() - c0;
     }
+    // Thread 0, before the block's first __syncthreads: every slot's two mbarriers.
+    __device__ __forceinline__ void init_barriers() const
+    {
+        for (int s = 0; s < ns; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], DS_CWARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
     // This warp is done with unit k's slot (one arrival per consumer warp frees it).
     __device__ __forceinline__ void release()
     {
@@ -293,7 +299,7 @@ __device__ __forceinline__ unsigned long long *trace_rec(const k_decode_args &a,
 // marker).
 __device__ __forceinline__ void producer_mark(const k_decode_args &a, int li, int ph, ds_ring &ring, unsigned k0)
 {
-    unsigned long long *t = (threadIdx.x & 31) == 0 ? trace_rec(a, 9 * a.num_layers + 5 * li + ph) : nullptr;
+    unsigned long long *t = (threadIdx.x & 31) == 0 ? trace_rec(a, K_DECODE_TRACE_PRODUCER(a.num_layers, li, ph)) : nullptr;
     if (t) t[0] = clock64(), t[1] = ring.waited, t[2] = ring.fly_waited, t[3] = ring.k - k0;
     ring.waited = ring.fly_waited = 0;
 }
@@ -302,7 +308,7 @@ __device__ __forceinline__ void producer_mark(const k_decode_args &a, int li, in
 // NULL (consume_gemm).
 __device__ __forceinline__ unsigned long long *gemm_rec(const k_decode_args &a, int li, int g)
 {
-    return threadIdx.x == 0 ? trace_rec(a, 14 * a.num_layers + 4 * li + g) : nullptr;
+    return threadIdx.x == 0 ? trace_rec(a, K_DECODE_TRACE_GEMM(a.num_layers, li, g)) : nullptr;
 }
 
 // ---- producer --------------------------------------------------------------------------------
@@ -439,7 +445,7 @@ __device__ __forceinline__ void trace_mark(const k_decode_args &a, unsigned k, l
 // and what. For bench_engine_gpu's breakdown of the phase.
 __device__ __forceinline__ void trace_point(const k_decode_args &a, int li, int j, long long what)
 {
-    unsigned long long *t = threadIdx.x == 0 ? trace_rec(a, 5 * a.num_layers + 4 * li + j) : nullptr;
+    unsigned long long *t = threadIdx.x == 0 ? trace_rec(a, K_DECODE_TRACE_ATTN(a.num_layers, li, j)) : nullptr;
     if (t) t[0] = clock64(), t[1] = what, t[2] = globaltimer();
 }
 
@@ -946,10 +952,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     int32_t *toks = reinterpret_cast<int32_t *>(smem + a.toks_off);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ring.ns; s++) mbar_init(&ring.full[s], 1), mbar_init(&ring.empty[s], DS_CWARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) ring.init_barriers();
     if (threadIdx.x < M) s_lens[threadIdx.x] = a.seq_lens[threadIdx.x];
     __syncthreads();
     int lens[4] = {0, 0, 0, 0};
@@ -1036,10 +1039,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
     ring.ns = ns, ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
     ring.timed = false, ring.waited = ring.fly_waited = 0;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ns; s++) mbar_init(&ring.full[s], 1), mbar_init(&ring.empty[s], DS_CWARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) ring.init_barriers();
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t mine = units > blockIdx.x ? (units - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;

@@ -190,6 +190,9 @@ typedef struct k_decode_args {
  * one); 5L + 4l + j the four points inside layer l's attention; 9L + 5l + p the producer's end of
  * phase p of layer l; 14L + 4l + g the consumers' GEMM phase g of layer l (decode_stream.cu). NULL
  * turns it off. Not for graph capture (the pointer is read at launch). */
+#define K_DECODE_TRACE_ATTN(L, l, j) (5 * (L) + 4 * (l) + (j))
+#define K_DECODE_TRACE_PRODUCER(L, l, p) (9 * (L) + 5 * (l) + (p))
+#define K_DECODE_TRACE_GEMM(L, l, g) (14 * (L) + 4 * (l) + (g))
 #define K_DECODE_TRACE_RECORDS(L) (18 * (L))
 void k_set_decode_trace(unsigned long long *buf, int32_t records);
 

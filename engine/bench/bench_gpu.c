@@ -791,10 +791,10 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
             for (int b = 0; b < grid; b++) {
                 double p[6];
                 p[0] = T(5 * li, b, 1);
-                for (int j = 0; j < 4; j++) p[j + 1] = T(5 * L + 4 * li + j, b, 0);
+                for (int j = 0; j < 4; j++) p[j + 1] = T(K_DECODE_TRACE_ATTN(L, li, j), b, 0);
                 p[5] = T(5 * li + 1, b, 0);
                 if (!p[1] || !p[2] || !p[3] || !p[4]) continue; /* a block without old tokens */
-                const int mg = (long long)h[((size_t)(5 * L + 4 * li + 2) * grid + b) * 4 + 1] >= 0;
+                const int mg = (long long)h[((size_t)K_DECODE_TRACE_ATTN(L, li, 2) * grid + b) * 4 + 1] >= 0;
                 nb[mg]++;
                 for (int j = 0; j < 5; j++) {
                     const double dt = (p[j + 1] - p[j]) / ghz / 1e3;
@@ -810,7 +810,7 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
             double full = 0, fly = 0, units = 0;
             for (int li = 1; li < L - 1; li++)
                 for (int b = 0; b < grid; b++) {
-                    const size_t r = ((size_t)(9 * L + 5 * li + p) * grid + b) * 4;
+                    const size_t r = ((size_t)K_DECODE_TRACE_PRODUCER(L, li, p) * grid + b) * 4;
                     full += h[r + 1], fly += h[r + 2], units += h[r + 3];
                 }
             const double nbl = (double)(L - 2) * grid;
@@ -829,7 +829,7 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
             double dt[4] = {0}, tasks = 0;
             for (int li = 1; li < L - 1; li++)
                 for (int b = 0; b < grid; b++) {
-                    const int r = 14 * L + 4 * li + g;
+                    const int r = K_DECODE_TRACE_GEMM(L, li, g);
                     const double p0 = T(5 * li + g_start[g], b, 1), p4 = T(5 * li + g_start[g] + 1, b, 0);
                     dt[0] += T(r, b, 0) - p0, dt[1] += T(r, b, 1) - T(r, b, 0), dt[2] += T(r, b, 2) - T(r, b, 1);
                     dt[3] += p4 - T(r, b, 2), tasks += T(r, b, 3);
