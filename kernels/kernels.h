@@ -177,6 +177,8 @@ typedef struct k_decode_args {
     int32_t dynamic;        /* set by k_decode_stream (k_set_decode_dynamic) */
     int32_t inflight;       /* set by k_decode_stream (k_set_decode_inflight) */
     int32_t early_q;        /* set by k_decode_stream (k_set_decode_early_q) */
+    int32_t quiet;          /* set by k_decode_stream (k_set_decode_quiet) */
+    int32_t half_units;     /* set by k_decode_stream (k_set_decode_half_units) */
     /* Filled by k_decode_stream: */
     int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg, q_off;
     unsigned long long *trace; /* from k_set_decode_trace */
@@ -222,6 +224,17 @@ void k_set_decode_inflight(int32_t units);
  * barrier (default 1: a signal warp per block waits for every block's Q rows, and the merges for
  * every block's K/V rows) or with one (0); for benchmarks and tests. */
 void k_set_decode_early_q(int on);
+
+/* Whether the producers of later k_decode_stream launches hold their copies while their block's
+ * consumers wait on a grid-wide counter (1: grid barriers and the attention merge's counter; 2:
+ * also through the staging of the next phase's input; 0: never, the default), so that those
+ * round trips do not queue behind the stream; for benchmarks. */
+void k_set_decode_quiet(int level);
+
+/* Whether the producers of later k_decode_stream launches issue the second half of a unit's rows
+ * only once the previous unit has landed (1.5 units pending at most instead of 2); for
+ * benchmarks. */
+void k_set_decode_half_units(int on);
 
 /* For benchmarks: streams `bytes` from src through k_decode_stream's shared-memory ring as its
  * producers do (units of `rows` rows of row_bytes, one bulk copy a row, at most `inflight` units

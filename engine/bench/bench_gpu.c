@@ -636,9 +636,12 @@ static void whole_steps(void)
  * query (the signal warp), alternated three times so that drifts of the machine fall on both. */
 static void decode_ab(void)
 {
-    static const struct { int early_q; const char *name; } cfg[] = {
-        {1, "early q (default)"},
-        {0, "grid barrier between QKV and attention"},
+    static const struct { int early_q, quiet, half; const char *name; } cfg[] = {
+        {1, 0, 0, "early q (default)"},
+        {1, 1, 0, "producers quiet in grid waits"},
+        {1, 2, 0, "quiet in grid waits + staging"},
+        {1, 0, 1, "half units pending"},
+        {1, 1, 1, "half units, quiet in grid waits"},
     };
     const int bs = 16, S = 2112 / 16;
     const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
@@ -646,7 +649,9 @@ static void decode_ab(void)
     for (int rep = 0; rep < 3; rep++)
         for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
             engine eng;
-            k_set_decode_early_q(cfg[i].early_q); /* read when the graph is captured */
+            /* read when the graph is captured */
+            k_set_decode_early_q(cfg[i].early_q), k_set_decode_quiet(cfg[i].quiet);
+            k_set_decode_half_units(cfg[i].half);
             if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
             fill_kv(&eng, &sb, 1, 1, S, bs);
             eng_step s = make_step(&sb, 1, 1024, 1, S, bs, 0);
@@ -656,7 +661,7 @@ static void decode_ab(void)
             row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
             engine_close(&eng);
         }
-    k_set_decode_early_q(1);
+    k_set_decode_early_q(1), k_set_decode_quiet(0), k_set_decode_half_units(0);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
@@ -959,6 +964,18 @@ int main(int argc, char **argv)
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "ab")) decode_ab();
+    if (!strcmp(what, "trace-quiet")) { /* the experiments of decode_ab, traced */
+        const int f0 = K_DECODE_INFLIGHT_DEFAULT;
+        for (int q = 0; q <= 2; q++) {
+            printf("\n(the next: producers quiet, level %d)", q);
+            k_set_decode_quiet(q);
+            decode_trace(1, 0, 0, 1, f0);
+        }
+        k_set_decode_quiet(0), k_set_decode_half_units(1);
+        printf("\n(the next: half units pending)");
+        decode_trace(1, 0, 0, 1, f0);
+        k_set_decode_half_units(0);
+    }
     if (!strcmp(what, "all") || !strcmp(what, "stream")) stream_probe();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
