@@ -883,7 +883,7 @@ static void check_persistent(const char *model)
                 k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
                 k_set_decode_early_q(1), k_set_decode_quiet(0), k_set_decode_half_units(0);
                 if (step < 0) continue;
-                char what[160];
+                char what[256];
                 snprintf(what, sizeof what, "%s: persistent decode (%s) vs five kernels, case %d (B=%d), step %d",
                          model, g == 1 ? "graph" : "no graph, 44 KB slots, split by tokens, fixed shares, whole ring in flight, no early q", k, B, step);
                 expect_close(what, lp, lr, (int64_t)B * V, 1e-2, 5e-2);
