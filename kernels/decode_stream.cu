@@ -190,6 +190,11 @@ __device__ __forceinline__ unsigned long long globaltimer()
     return t;
 }
 
+// k_set_decode_quiet: consumer thread 0 sets it while its block's producer is to hold its copies.
+__shared__ int ds_quiet;
+__device__ __forceinline__ int quiet_now() { return *(volatile int *)&ds_quiet; }
+__device__ __forceinline__ void set_quiet(int on) { *(volatile int *)&ds_quiet = on; }
+
 // ---- geometry both sides agree on ---------------------------------------------------------------
 
 struct ds_ring {
@@ -200,7 +205,7 @@ struct ds_ring {
     unsigned k; // units passed through the ring so far (this thread's count)
     int inflight; // producer: at most this many units' copies pending (0: the ring's slots)
     bool half;    // producer: a unit's second half of rows waits for the previous unit (k_set_decode_half_units)
-    volatile int *quiet; // set by consumer thread 0 while the producer is to hold its copies, or NULL
+    int quiet; // producer: K_DECODE_QUIET_* bits; holds its copies while ds_quiet is set
     bool timed; // trace on: count the cycles spent waiting (consumer warp 0, producer lane 0)
     long long waited;     // consumer: for data; producer: for a free slot (the ring full)
     long long fly_waited; // producer: for the in-flight limit
@@ -227,9 +232,15 @@ struct ds_ring {
             const unsigned j = k - inflight;
             mbar_wait(&full[j % ns], (j / ns) & 1);
         }
-        if (quiet)
-            while (*quiet) {
+        if (quiet && quiet_now()) {
+            if ((quiet & K_DECODE_QUIET_SOFT) && k >= 1u) { // in-flight limit 1 while quiet
+                const unsigned j = k - 1;
+                mbar_wait(&full[j % ns], (j / ns) & 1);
+            } else {
+                while (quiet_now()) {
+                }
             }
+        }
         if (timed) fly_waited += clock64() - c0;
     }
     // Thread 0, before the block's first __syncthreads: every slot's two mbarriers.
@@ -470,10 +481,10 @@ __device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &targ
     consumer_sync();
     if (threadIdx.x == 0) {
         const long long c0 = clock64();
-        if (ring.quiet) *ring.quiet = 1;
+        if (a.quiet) set_quiet(1);
         red_release(a.barrier, 1u);
         wait_geq(a.barrier, target);
-        if (ring.quiet && a.quiet < 2) *ring.quiet = 0;
+        if (a.quiet && !(a.quiet & K_DECODE_QUIET_STAGING)) set_quiet(0);
         trace_mark(a, tk, c0, ring);
     }
     tk++;
@@ -813,7 +824,7 @@ __device__ __forceinline__ void merge_head(const k_decode_args &a, const k_layer
 template <int HD>
 __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_layer_w &L, int li, int b, int gi,
                                              int64_t start, int64_t end, int64_t work, float *scratch,
-                                             int *s_merge, int seg, volatile int *quiet)
+                                             int *s_merge, int seg)
 {
     const int G = gridDim.x, hpg = a.nh / a.hg;
     // Blocks g with range [g W / G, (g+1) W / G) meeting [start, end): g in [g_lo, g_hi]; when
@@ -824,7 +835,7 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
     consumer_sync(); // every warp's partials stored
     if (threadIdx.x == 0) {
         unsigned *ctr = merge_counter(a, li, b, gi);
-        if (quiet) *quiet = 1;
+        if (a.quiet) set_quiet(1);
         const unsigned old = atom_add_release(ctr, 1u);
         // Under early_q no grid barrier follows the QKV phase: the merge also waits for every
         // block's QKV rows (the newest token's K/V), read in the same round trip as the arrival.
@@ -838,7 +849,7 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
             while (kv < (unsigned)G) kv = ld_relaxed(qkv_counter(a, li));
             fence_acq_rel();
         }
-        if (quiet) *quiet = 0;
+        if (a.quiet && (k < 0 || !(a.quiet & K_DECODE_QUIET_MERGE))) set_quiet(0);
         s_merge[0] = k;
         if (seg == 0) trace_point(a, li, 2, k); // k < 0: not a merger
     }
@@ -903,7 +914,8 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
             if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
         }
         if (seg == 0) trace_point(a, li, 1, 0);
-        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge, seg++, ring.quiet);
+        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge, seg++);
+        if ((a.quiet & K_DECODE_QUIET_MERGE) && threadIdx.x == 0) set_quiet(0);
     });
     trace_point(a, li, 3, seg);
 }
@@ -963,9 +975,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + a.ring_off;
     ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
-    __shared__ int s_quiet;
-    ring.half = a.half_units != 0, ring.quiet = a.quiet ? &s_quiet : nullptr;
-    if (threadIdx.x == 0) s_quiet = 0;
+    ring.half = a.half_units != 0, ring.quiet = a.quiet;
+    if (threadIdx.x == 0) set_quiet(0);
     ring.timed = a.trace != nullptr && (threadIdx.x == 0 || threadIdx.x == DS_CTHREADS);
     ring.waited = ring.fly_waited = 0;
     unsigned char *scratch = smem + a.scratch_off;
@@ -1010,7 +1021,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
-            if (ring.quiet && threadIdx.x == 0) *ring.quiet = 0;
+            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, gemm_rec(a, li, 0), qunits);
         }
         if (a.early_q) { // no grid barrier: the signal warp says when every block's Q rows are in
@@ -1027,21 +1038,21 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
-            if (ring.quiet && threadIdx.x == 0) *ring.quiet = 0;
+            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
         }
         grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
-            if (ring.quiet && threadIdx.x == 0) *ring.quiet = 0;
+            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring, gemm_rec(a, li, 2));
         }
         grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
-            if (ring.quiet && threadIdx.x == 0) *ring.quiet = 0;
+            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
         }
     }
@@ -1062,7 +1073,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
     ring.ns = ns, ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
-    ring.half = false, ring.quiet = nullptr;
+    ring.half = false, ring.quiet = 0;
     ring.timed = false, ring.waited = ring.fly_waited = 0;
     if (threadIdx.x == 0) ring.init_barriers();
     __syncthreads();
@@ -1135,7 +1146,7 @@ static int32_t dynamic_units = 1; // k_set_decode_dynamic
 // the surplus copies only queued in front of the phases' dependent L2 accesses.
 static int32_t inflight_units = K_DECODE_INFLIGHT_DEFAULT;
 static int32_t early_q = 1;   // k_set_decode_early_q
-static int32_t quiet_level;   // k_set_decode_quiet
+static int32_t quiet_bits;    // k_set_decode_quiet
 static int32_t half_units;    // k_set_decode_half_units
 
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
@@ -1202,7 +1213,7 @@ extern "C" void k_set_decode_inflight(int32_t units) { inflight_units = units; }
 
 extern "C" void k_set_decode_early_q(int on) { early_q = on; }
 
-extern "C" void k_set_decode_quiet(int level) { quiet_level = level; }
+extern "C" void k_set_decode_quiet(int bits) { quiet_bits = bits; }
 
 extern "C" void k_set_decode_half_units(int on) { half_units = on; }
 
@@ -1264,7 +1275,7 @@ extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t s
     k_decode_args a = *args;
     if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
     a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units, a.early_q = early_q;
-    a.quiet = quiet_level, a.half_units = half_units;
+    a.quiet = quiet_bits, a.half_units = half_units;
     a.inflight = inflight_units > 0 && inflight_units < a.nslots ? inflight_units : 0;
     return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
 }

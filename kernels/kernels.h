@@ -225,11 +225,16 @@ void k_set_decode_inflight(int32_t units);
  * every block's K/V rows) or with one (0); for benchmarks and tests. */
 void k_set_decode_early_q(int on);
 
-/* Whether the producers of later k_decode_stream launches hold their copies while their block's
- * consumers wait on a grid-wide counter (1: grid barriers and the attention merge's counter; 2:
- * also through the staging of the next phase's input; 0: never, the default), so that those
- * round trips do not queue behind the stream; for benchmarks. */
-void k_set_decode_quiet(int level);
+/* When the producers of later k_decode_stream launches hold their copies, so that the consumers'
+ * round trips do not queue behind the stream (for benchmarks; 0, never, is the default): bits of
+ * K_DECODE_QUIET_*. BARRIER: while the block's consumers wait at a grid barrier or on the
+ * attention merge's counter; STAGING: on until the next phase's input is staged; MERGE: on
+ * through the merge; SOFT: one unit pending while quiet instead of none. */
+#define K_DECODE_QUIET_BARRIER 1
+#define K_DECODE_QUIET_STAGING 2
+#define K_DECODE_QUIET_MERGE 4
+#define K_DECODE_QUIET_SOFT 8
+void k_set_decode_quiet(int bits);
 
 /* Whether the producers of later k_decode_stream launches issue the second half of a unit's rows
  * only once the previous unit has landed (1.5 units pending at most instead of 2); for

@@ -875,7 +875,7 @@ static void check_persistent(const char *model)
                 k_set_decode_groups(g == 2 ? 1 : 0);
                 k_set_decode_dynamic(g == 2 ? 0 : 1);
                 k_set_decode_inflight(g == 2 ? 0 : K_DECODE_INFLIGHT_DEFAULT);
-                k_set_decode_quiet(g == 2 ? 1 : 2), k_set_decode_half_units(g == 1);
+                k_set_decode_quiet(g == 2 ? 1 : 7 | 8), k_set_decode_half_units(g == 1);
                 one_step(&engs[g], &s, step < 0 ? NULL : lp, model, B);
                 k_set_decode_slot(0);
                 k_set_decode_groups(0);

@@ -638,10 +638,14 @@ static void decode_ab(void)
 {
     static const struct { int early_q, quiet, half; const char *name; } cfg[] = {
         {1, 0, 0, "early q (default)"},
-        {1, 1, 0, "producers quiet in grid waits"},
-        {1, 2, 0, "quiet in grid waits + staging"},
+        {1, 1, 0, "quiet: barriers"},
+        {1, 3, 0, "quiet: barriers + staging"},
+        {1, 5, 0, "quiet: barriers + merge"},
+        {1, 7, 0, "quiet: barriers + staging + merge"},
+        {1, 1 | 8, 0, "quiet soft: barriers"},
+        {1, 7 | 8, 0, "quiet soft: barriers + staging + merge"},
         {1, 0, 1, "half units pending"},
-        {1, 1, 1, "half units, quiet in grid waits"},
+        {1, 1, 1, "half units, quiet: barriers"},
     };
     const int bs = 16, S = 2112 / 16;
     const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
@@ -966,9 +970,10 @@ int main(int argc, char **argv)
     if (!strcmp(what, "ab")) decode_ab();
     if (!strcmp(what, "trace-quiet")) { /* the experiments of decode_ab, traced */
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
-        for (int q = 0; q <= 2; q++) {
-            printf("\n(the next: producers quiet, level %d)", q);
-            k_set_decode_quiet(q);
+        static const int qv[] = {1, 7, 7 | 8};
+        for (size_t i = 0; i < sizeof qv / sizeof *qv; i++) {
+            printf("\n(the next: producers quiet, bits %d)", qv[i]);
+            k_set_decode_quiet(qv[i]);
             decode_trace(1, 0, 0, 1, f0);
         }
         k_set_decode_quiet(0), k_set_decode_half_units(1);
