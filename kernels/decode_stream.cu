@@ -204,7 +204,6 @@ struct ds_ring {
     int ns, slot_bytes;
     unsigned k; // units passed through the ring so far (this thread's count)
     int inflight; // producer: at most this many units' copies pending (0: the ring's slots)
-    bool half;    // producer: a unit's second half of rows waits for the previous unit (k_set_decode_half_units)
     int quiet; // producer: K_DECODE_QUIET_* bits; holds its copies while ds_quiet is set
     bool timed; // trace on: count the cycles spent waiting (consumer warp 0, producer lane 0)
     long long waited;     // consumer: for data; producer: for a free slot (the ring full)
@@ -360,17 +359,9 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
         const int f0 = u * upr, rows = min(upr, sa.N - f0);
         if (lane == 0) ring.unit[s] = u, mbar_expect_tx(&ring.full[s], row_bytes * rows);
         __syncwarp();
-        const int first = ring.half && rows > 1 && ring.k > 0 ? rows / 2 : rows;
-        if (lane < first)
+        if (lane < rows)
             bulk_copy(ring.slot(ring.k) + lane * row_bytes, sa.w + (int64_t)flat_row<EPI>(sa, f0 + lane) * sa.K,
                       row_bytes, &ring.full[s], pol);
-        if (first < rows) { // the rest once the previous unit has landed
-            const unsigned j = ring.k - 1;
-            mbar_wait(&ring.full[j % ring.ns], (j / ring.ns) & 1);
-            if (lane >= first && lane < rows)
-                bulk_copy(ring.slot(ring.k) + lane * row_bytes,
-                          sa.w + (int64_t)flat_row<EPI>(sa, f0 + lane) * sa.K, row_bytes, &ring.full[s], pol);
-        }
         u = claim ? __shfl_sync(0xffffffffu, next, 0) : next;
         next = after;
     }
@@ -975,7 +966,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + a.ring_off;
     ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
-    ring.half = a.half_units != 0, ring.quiet = a.quiet;
+    ring.quiet = a.quiet;
     if (threadIdx.x == 0) set_quiet(0);
     ring.timed = a.trace != nullptr && (threadIdx.x == 0 || threadIdx.x == DS_CTHREADS);
     ring.waited = ring.fly_waited = 0;
@@ -1026,7 +1017,9 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         }
         if (a.early_q) { // no grid barrier: the signal warp says when every block's Q rows are in
             const long long c0 = clock64();
+            if ((a.quiet & K_DECODE_QUIET_Q) && threadIdx.x == 0) set_quiet(1);
             signal_sync<DS_BAR_Q_READY>();
+            if ((a.quiet & K_DECODE_QUIET_Q) && threadIdx.x == 0) set_quiet(0);
             if (threadIdx.x == 0) trace_mark(a, tk, c0, ring);
             tk++;
         } else {
@@ -1073,7 +1066,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
     ring.ns = ns, ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
-    ring.half = false, ring.quiet = 0;
+    ring.quiet = 0;
     ring.timed = false, ring.waited = ring.fly_waited = 0;
     if (threadIdx.x == 0) ring.init_barriers();
     __syncthreads();
@@ -1146,8 +1139,7 @@ static int32_t dynamic_units = 1; // k_set_decode_dynamic
 // the surplus copies only queued in front of the phases' dependent L2 accesses.
 static int32_t inflight_units = K_DECODE_INFLIGHT_DEFAULT;
 static int32_t early_q = 1;   // k_set_decode_early_q
-static int32_t quiet_bits;    // k_set_decode_quiet
-static int32_t half_units;    // k_set_decode_half_units
+static int32_t quiet_bits = K_DECODE_QUIET_DEFAULT; // k_set_decode_quiet
 
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
 static int ds_geometry(k_decode_args *a)
@@ -1215,8 +1207,6 @@ extern "C" void k_set_decode_early_q(int on) { early_q = on; }
 
 extern "C" void k_set_decode_quiet(int bits) { quiet_bits = bits; }
 
-extern "C" void k_set_decode_half_units(int on) { half_units = on; }
-
 extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
                                          int32_t max_tokens)
 {
@@ -1275,7 +1265,7 @@ extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t s
     k_decode_args a = *args;
     if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
     a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units, a.early_q = early_q;
-    a.quiet = quiet_bits, a.half_units = half_units;
+    a.quiet = quiet_bits;
     a.inflight = inflight_units > 0 && inflight_units < a.nslots ? inflight_units : 0;
     return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
 }

@@ -178,7 +178,6 @@ typedef struct k_decode_args {
     int32_t inflight;       /* set by k_decode_stream (k_set_decode_inflight) */
     int32_t early_q;        /* set by k_decode_stream (k_set_decode_early_q) */
     int32_t quiet;          /* set by k_decode_stream (k_set_decode_quiet) */
-    int32_t half_units;     /* set by k_decode_stream (k_set_decode_half_units) */
     /* Filled by k_decode_stream: */
     int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg, q_off;
     unsigned long long *trace; /* from k_set_decode_trace */
@@ -226,20 +225,18 @@ void k_set_decode_inflight(int32_t units);
 void k_set_decode_early_q(int on);
 
 /* When the producers of later k_decode_stream launches hold their copies, so that the consumers'
- * round trips do not queue behind the stream (for benchmarks; 0, never, is the default): bits of
- * K_DECODE_QUIET_*. BARRIER: while the block's consumers wait at a grid barrier or on the
+ * round trips do not queue behind the stream (for benchmarks and tests; K_DECODE_QUIET_DEFAULT at
+ * start, 0: never): bits of K_DECODE_QUIET_*. BARRIER: while the block's consumers wait at a grid barrier or on the
  * attention merge's counter; STAGING: on until the next phase's input is staged; MERGE: on
- * through the merge; SOFT: one unit pending while quiet instead of none. */
+ * through the merge; SOFT: one unit pending while quiet instead of none; Q: while the block's
+ * consumers wait for every block's Q rows (early q). */
 #define K_DECODE_QUIET_BARRIER 1
 #define K_DECODE_QUIET_STAGING 2
 #define K_DECODE_QUIET_MERGE 4
 #define K_DECODE_QUIET_SOFT 8
+#define K_DECODE_QUIET_Q 16
+#define K_DECODE_QUIET_DEFAULT (K_DECODE_QUIET_BARRIER | K_DECODE_QUIET_STAGING | K_DECODE_QUIET_MERGE | K_DECODE_QUIET_SOFT)
 void k_set_decode_quiet(int bits);
-
-/* Whether the producers of later k_decode_stream launches issue the second half of a unit's rows
- * only once the previous unit has landed (1.5 units pending at most instead of 2); for
- * benchmarks. */
-void k_set_decode_half_units(int on);
 
 /* For benchmarks: streams `bytes` from src through k_decode_stream's shared-memory ring as its
  * producers do (units of `rows` rows of row_bytes, one bulk copy a row, at most `inflight` units

@@ -875,13 +875,13 @@ static void check_persistent(const char *model)
                 k_set_decode_groups(g == 2 ? 1 : 0);
                 k_set_decode_dynamic(g == 2 ? 0 : 1);
                 k_set_decode_inflight(g == 2 ? 0 : K_DECODE_INFLIGHT_DEFAULT);
-                k_set_decode_quiet(g == 2 ? 1 : 7 | 8), k_set_decode_half_units(g == 1);
+                k_set_decode_quiet(g == 2 ? 1 | 2 | 4 : 31); /* hard, all; soft, all */
                 one_step(&engs[g], &s, step < 0 ? NULL : lp, model, B);
                 k_set_decode_slot(0);
                 k_set_decode_groups(0);
                 k_set_decode_dynamic(1);
                 k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
-                k_set_decode_early_q(1), k_set_decode_quiet(0), k_set_decode_half_units(0);
+                k_set_decode_early_q(1), k_set_decode_quiet(K_DECODE_QUIET_DEFAULT);
                 if (step < 0) continue;
                 char what[256];
                 snprintf(what, sizeof what, "%s: persistent decode (%s) vs five kernels, case %d (B=%d), step %d",

@@ -636,16 +636,15 @@ static void whole_steps(void)
  * query (the signal warp), alternated three times so that drifts of the machine fall on both. */
 static void decode_ab(void)
 {
-    static const struct { int early_q, quiet, half; const char *name; } cfg[] = {
-        {1, 0, 0, "early q (default)"},
-        {1, 1, 0, "quiet: barriers"},
-        {1, 3, 0, "quiet: barriers + staging"},
-        {1, 5, 0, "quiet: barriers + merge"},
-        {1, 7, 0, "quiet: barriers + staging + merge"},
-        {1, 1 | 8, 0, "quiet soft: barriers"},
-        {1, 7 | 8, 0, "quiet soft: barriers + staging + merge"},
-        {1, 0, 1, "half units pending"},
-        {1, 1, 1, "half units, quiet: barriers"},
+    static const struct { int quiet, inflight; const char *name; } cfg[] = {
+        {0, 2, "quiet off (before)"},
+        {1 | 2 | 4 | 8, 2, "quiet soft: barriers, staging, merge (default)"},
+        {1 | 2 | 4 | 8 | 16, 2, "quiet soft: all + q wait"},
+        {1 | 2 | 4 | 8, 3, "quiet soft: barriers, staging, merge; 3 pending"},
+        {1 | 2 | 4 | 8 | 16, 3, "quiet soft: all + q wait; 3 pending"},
+        {1 | 4 | 8, 2, "quiet soft: barriers, merge"},
+        {1 | 2 | 8, 2, "quiet soft: barriers, staging"},
+        {1 | 2 | 4 | 8 | 16, 4, "quiet soft: all + q wait; 4 pending"},
     };
     const int bs = 16, S = 2112 / 16;
     const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
@@ -654,8 +653,7 @@ static void decode_ab(void)
         for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
             engine eng;
             /* read when the graph is captured */
-            k_set_decode_early_q(cfg[i].early_q), k_set_decode_quiet(cfg[i].quiet);
-            k_set_decode_half_units(cfg[i].half);
+            k_set_decode_quiet(cfg[i].quiet), k_set_decode_inflight(cfg[i].inflight);
             if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
             fill_kv(&eng, &sb, 1, 1, S, bs);
             eng_step s = make_step(&sb, 1, 1024, 1, S, bs, 0);
@@ -665,7 +663,7 @@ static void decode_ab(void)
             row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
             engine_close(&eng);
         }
-    k_set_decode_early_q(1), k_set_decode_quiet(0), k_set_decode_half_units(0);
+    k_set_decode_quiet(K_DECODE_QUIET_DEFAULT), k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
@@ -970,16 +968,13 @@ int main(int argc, char **argv)
     if (!strcmp(what, "ab")) decode_ab();
     if (!strcmp(what, "trace-quiet")) { /* the experiments of decode_ab, traced */
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
-        static const int qv[] = {1, 7, 7 | 8};
+        static const int qv[] = {1 | 2 | 4 | 8, 1 | 2 | 4 | 8 | 16};
         for (size_t i = 0; i < sizeof qv / sizeof *qv; i++) {
             printf("\n(the next: producers quiet, bits %d)", qv[i]);
             k_set_decode_quiet(qv[i]);
             decode_trace(1, 0, 0, 1, f0);
         }
-        k_set_decode_quiet(0), k_set_decode_half_units(1);
-        printf("\n(the next: half units pending)");
-        decode_trace(1, 0, 0, 1, f0);
-        k_set_decode_half_units(0);
+        k_set_decode_quiet(K_DECODE_QUIET_DEFAULT);
     }
     if (!strcmp(what, "all") || !strcmp(what, "stream")) stream_probe();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
