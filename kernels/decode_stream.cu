@@ -465,8 +465,12 @@ __device__ __forceinline__ void trace_point(const k_decode_args &a, int li, int 
 }
 
 // Waits until every block's consumers have called it as often as this one's. Writes before it
-// are visible to ld.global.cg after it. Trace record tk (then tk + 1).
-__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, unsigned &tk, ds_ring &ring)
+// are visible to ld.global.cg after it. Trace record tk (then tk + 1). The block's producer is
+// quiet meanwhile (k_set_decode_quiet), and stays so, under K_DECODE_QUIET_STAGING, when `stages`:
+// the consumers then stage the next phase's input and clear it themselves. (Not before attention,
+// whose KV rows come through the ring: a producer held there would never be released.)
+__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, unsigned &tk, ds_ring &ring,
+                                          bool stages)
 {
     target += gridDim.x;
     consumer_sync();
@@ -475,7 +479,7 @@ __device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &targ
         if (a.quiet) set_quiet(1);
         red_release(a.barrier, 1u);
         wait_geq(a.barrier, target);
-        if (a.quiet && !(a.quiet & K_DECODE_QUIET_STAGING)) set_quiet(0);
+        if (a.quiet && !(stages && (a.quiet & K_DECODE_QUIET_STAGING))) set_quiet(0);
         trace_mark(a, tk, c0, ring);
     }
     tk++;
@@ -1008,7 +1012,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     const int qunits = a.early_q ? (a.nh * a.hd + a.upr[0] - 1) / a.upr[0] : -1;
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
-        if (li > 0) grid_sync(a, target, tk, ring); // layer 0 reads the embeddings of the previous kernel
+        if (li > 0) grid_sync(a, target, tk, ring, true); // layer 0 reads the embeddings of the previous kernel
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
@@ -1023,25 +1027,25 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
             if (threadIdx.x == 0) trace_mark(a, tk, c0, ring);
             tk++;
         } else {
-            grid_sync(a, target, tk, ring);
+            grid_sync(a, target, tk, ring, false);
         }
         consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge,
                          a.early_q ? qs : nullptr);
-        grid_sync(a, target, tk, ring);
+        grid_sync(a, target, tk, ring, true);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
             if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
         }
-        grid_sync(a, target, tk, ring);
+        grid_sync(a, target, tk, ring, true);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
             if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring, gemm_rec(a, li, 2));
         }
-        grid_sync(a, target, tk, ring);
+        grid_sync(a, target, tk, ring, true);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);

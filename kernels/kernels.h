@@ -235,7 +235,8 @@ void k_set_decode_early_q(int on);
 #define K_DECODE_QUIET_MERGE 4
 #define K_DECODE_QUIET_SOFT 8
 #define K_DECODE_QUIET_Q 16
-#define K_DECODE_QUIET_DEFAULT (K_DECODE_QUIET_BARRIER | K_DECODE_QUIET_STAGING | K_DECODE_QUIET_MERGE | K_DECODE_QUIET_SOFT)
+#define K_DECODE_QUIET_DEFAULT \
+    (K_DECODE_QUIET_BARRIER | K_DECODE_QUIET_STAGING | K_DECODE_QUIET_MERGE | K_DECODE_QUIET_SOFT | K_DECODE_QUIET_Q)
 void k_set_decode_quiet(int bits);
 
 /* For benchmarks: streams `bytes` from src through k_decode_stream's shared-memory ring as its

@@ -637,14 +637,12 @@ static void whole_steps(void)
 static void decode_ab(void)
 {
     static const struct { int quiet, inflight; const char *name; } cfg[] = {
-        {0, 2, "quiet off (before)"},
-        {1 | 2 | 4 | 8, 2, "quiet soft: barriers, staging, merge (default)"},
-        {1 | 2 | 4 | 8 | 16, 2, "quiet soft: all + q wait"},
-        {1 | 2 | 4 | 8, 3, "quiet soft: barriers, staging, merge; 3 pending"},
-        {1 | 2 | 4 | 8 | 16, 3, "quiet soft: all + q wait; 3 pending"},
-        {1 | 4 | 8, 2, "quiet soft: barriers, merge"},
-        {1 | 2 | 8, 2, "quiet soft: barriers, staging"},
-        {1 | 2 | 4 | 8 | 16, 4, "quiet soft: all + q wait; 4 pending"},
+        {0, 2, "producers never quiet (before)"},
+        {K_DECODE_QUIET_DEFAULT, 2, "quiet soft: barriers, staging, merge, q (default)"},
+        {1 | 2 | 4 | 8, 2, "quiet soft: barriers, staging, merge"},
+        {1 | 8, 2, "quiet soft: barriers"},
+        {1 | 2 | 4 | 16, 2, "quiet hard: barriers, staging, merge, q"},
+        {K_DECODE_QUIET_DEFAULT, 3, "quiet default, 3 units pending"},
     };
     const int bs = 16, S = 2112 / 16;
     const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
@@ -966,20 +964,14 @@ int main(int argc, char **argv)
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "ab")) decode_ab();
-    if (!strcmp(what, "trace-quiet")) { /* the experiments of decode_ab, traced */
-        const int f0 = K_DECODE_INFLIGHT_DEFAULT;
-        static const int qv[] = {1 | 2 | 4 | 8, 1 | 2 | 4 | 8 | 16};
-        for (size_t i = 0; i < sizeof qv / sizeof *qv; i++) {
-            printf("\n(the next: producers quiet, bits %d)", qv[i]);
-            k_set_decode_quiet(qv[i]);
-            decode_trace(1, 0, 0, 1, f0);
-        }
-        k_set_decode_quiet(K_DECODE_QUIET_DEFAULT);
-    }
     if (!strcmp(what, "all") || !strcmp(what, "stream")) stream_probe();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
         decode_trace(1, 0, 0, 1, f0);
+        printf("\n(the next: producers never quiet)");
+        k_set_decode_quiet(0);
+        decode_trace(1, 0, 0, 1, f0);
+        k_set_decode_quiet(K_DECODE_QUIET_DEFAULT);
         printf("\n(the next: a grid barrier between the QKV phase and attention, no early q)");
         k_set_decode_early_q(0);
         decode_trace(1, 0, 0, 1, f0);
