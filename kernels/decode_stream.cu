@@ -17,7 +17,12 @@
 // rate (K_DECODE_INFLIGHT_DEFAULT); more only queued in front of the consumers' own L2 accesses,
 // whose round trips (~2 us while the stream runs) are what the phases' tails are made of. So the
 // consumers avoid waiting on L2 where they can: residual adds are reductions (red), and the
-// merge issues all its loads at once.
+// merge issues all its loads at once. And where they cannot (grid barriers, the staging of a
+// phase's input, the attention merge's counter and loads, the wait for every block's Q rows),
+// their block's producer goes quiet: at most one unit pending until they are through
+// (k_set_decode_quiet; 3.5% faster at batch 1: 3.62-3.63 against 3.75 ms, bench_engine_gpu ab).
+// The ring is full by then anyway; what the producer held back was only lengthening the round
+// trips. Holding every copy (none pending) was slower (3.68-3.71): the next phase started dry.
 //
 // A block = 8 consumer warps + 1 producer warp + 1 signal warp, one block per SM, launched
 // cooperatively. Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the
@@ -55,11 +60,15 @@
 // block instead of a grid barrier and a load (3.84 ms: the polling slowed the merges and the
 // stream); every consumer warp polling the barrier, staggered (3.85 ms: the barrier's line got
 // slower); no in-flight limit on attention's KV copies (no change); claiming 2-8 units ahead
-// and sending them to L2 whenever the ring was full (3.94-4.15 ms); three of down's 22 KB rows
-// in flight instead of two (3.76 against 3.745 ms), although the ring alone streams 3% faster
-// so (bench_engine_gpu stream: 4.41 against 4.27 TB/s; 4.45 with two 32 KB units). Every change
-// that put more bytes in flight lengthened the consumers' L2 round trips (barriers, norms,
-// merges), and those, not the stream, set the step's time. ncu: 1.6% of warp stalls are
+// and sending them to L2 whenever the ring was full (3.94-4.15 ms); a unit's second half of rows
+// issued only once the previous unit landed (1.5 units pending, 3.82 against 3.755 ms); attention
+// partials as LL words to fixed mergers (3.83-3.85 against 3.82 on the same branch: the counter
+// shrank, the polled merge grew) and GEMM tasks split across warps by K (5.58 ms; tag
+// tried/decode-experiments); three of down's 22 KB rows in flight instead of two (3.76 against
+// 3.745 ms), although the ring alone streams 3% faster so (bench_engine_gpu stream: 4.41
+// against 4.27 TB/s; 4.45 with two 32 KB units). Every change that put more bytes in flight
+// lengthened the consumers' L2 round trips (barriers, norms, merges), and those, not the stream,
+// set the step's time (hence the quiet producers above). ncu: 1.6% of warp stalls are
 // instruction-cache misses, although the kernel is 216 KB of SASS.
 #include <math.h>
 
