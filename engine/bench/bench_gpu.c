@@ -632,16 +632,17 @@ static void whole_steps(void)
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
-/* The batch-1 decode step (context 1024, graphs) with and without the early hand-over of the
- * query (the signal warp), alternated three times so that drifts of the machine fall on both. */
+/* The batch-1 decode step (context 1024, graphs) under the streamed kernel's current experiments
+ * (now: when its producers go quiet, and how many units they keep pending), alternated three
+ * times so that drifts of the machine fall on all of them. */
 static void decode_ab(void)
 {
     static const struct { int quiet, inflight; const char *name; } cfg[] = {
         {0, 2, "producers never quiet (before)"},
         {K_DECODE_QUIET_DEFAULT, 2, "quiet soft: barriers, staging, merge, q (default)"},
-        {1 | 2 | 4 | 8, 2, "quiet soft: barriers, staging, merge"},
-        {1 | 8, 2, "quiet soft: barriers"},
-        {1 | 2 | 4 | 16, 2, "quiet hard: barriers, staging, merge, q"},
+        {K_DECODE_QUIET_DEFAULT & ~K_DECODE_QUIET_Q, 2, "quiet soft: barriers, staging, merge"},
+        {K_DECODE_QUIET_BARRIER | K_DECODE_QUIET_SOFT, 2, "quiet soft: barriers"},
+        {K_DECODE_QUIET_DEFAULT & ~K_DECODE_QUIET_SOFT, 2, "quiet hard: barriers, staging, merge, q"},
         {K_DECODE_QUIET_DEFAULT, 3, "quiet default, 3 units pending"},
     };
     const int bs = 16, S = 2112 / 16;
