@@ -213,15 +213,17 @@ struct ds_ring {
     int ns, slot_bytes;
     unsigned k; // units passed through the ring so far (this thread's count)
     int inflight; // producer: at most this many units' copies pending (0: the ring's slots)
-    int quiet; // producer: K_DECODE_QUIET_* bits; holds its copies while ds_quiet is set
+    int quiet; // K_DECODE_QUIET_* bits: the producer holds its copies while ds_quiet is set
     bool timed; // trace on: count the cycles spent waiting (consumer warp 0, producer lane 0)
     long long waited;     // consumer: for data; producer: for a free slot (the ring full)
     long long fly_waited; // producer: for the in-flight limit
 
     __device__ __forceinline__ unsigned char *slot(unsigned i) const { return slots + (size_t)(i % ns) * slot_bytes; }
-    // Waits until unit k's bytes have landed.
+    // Waits until unit k's bytes have landed. A consumer that needs ring data ends the producer's
+    // quiet first: it can never wait on a held producer.
     __device__ __forceinline__ void wait_full()
     {
+        if (quiet && quiet_now()) set_quiet(0);
         const long long c0 = timed ? clock64() : 0;
         mbar_wait(&full[k % ns], (k / ns) & 1);
         if (timed) waited += clock64() - c0;
@@ -475,11 +477,9 @@ __device__ __forceinline__ void trace_point(const k_decode_args &a, int li, int 
 
 // Waits until every block's consumers have called it as often as this one's. Writes before it
 // are visible to ld.global.cg after it. Trace record tk (then tk + 1). The block's producer is
-// quiet meanwhile (k_set_decode_quiet), and stays so, under K_DECODE_QUIET_STAGING, when `stages`:
-// the consumers then stage the next phase's input and clear it themselves. (Not before attention,
-// whose KV rows come through the ring: a producer held there would never be released.)
-__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, unsigned &tk, ds_ring &ring,
-                                          bool stages)
+// quiet meanwhile (k_set_decode_quiet), and under K_DECODE_QUIET_STAGING until the consumers next
+// wait for ring data (ds_ring::wait_full), past the next phase's staging.
+__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, unsigned &tk, ds_ring &ring)
 {
     target += gridDim.x;
     consumer_sync();
@@ -488,7 +488,7 @@ __device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &targ
         if (a.quiet) set_quiet(1);
         red_release(a.barrier, 1u);
         wait_geq(a.barrier, target);
-        if (a.quiet && !(stages && (a.quiet & K_DECODE_QUIET_STAGING))) set_quiet(0);
+        if (a.quiet && !(a.quiet & K_DECODE_QUIET_STAGING)) set_quiet(0);
         trace_mark(a, tk, c0, ring);
     }
     tk++;
@@ -919,7 +919,6 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
         }
         if (seg == 0) trace_point(a, li, 1, 0);
         finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge, seg++);
-        if ((a.quiet & K_DECODE_QUIET_MERGE) && threadIdx.x == 0) set_quiet(0);
     });
     trace_point(a, li, 3, seg);
 }
@@ -1021,11 +1020,10 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     const int qunits = a.early_q ? (a.nh * a.hd + a.upr[0] - 1) / a.upr[0] : -1;
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
-        if (li > 0) grid_sync(a, target, tk, ring, true); // layer 0 reads the embeddings of the previous kernel
+        if (li > 0) grid_sync(a, target, tk, ring); // layer 0 reads the embeddings of the previous kernel
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
-            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, gemm_rec(a, li, 0), qunits);
         }
         if (a.early_q) { // no grid barrier: the signal warp says when every block's Q rows are in
@@ -1036,29 +1034,26 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
             if (threadIdx.x == 0) trace_mark(a, tk, c0, ring);
             tk++;
         } else {
-            grid_sync(a, target, tk, ring, false);
+            grid_sync(a, target, tk, ring);
         }
         consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge,
                          a.early_q ? qs : nullptr);
-        grid_sync(a, target, tk, ring, true);
+        grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
-            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
         }
-        grid_sync(a, target, tk, ring, true);
+        grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
-            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring, gemm_rec(a, li, 2));
         }
-        grid_sync(a, target, tk, ring, true);
+        grid_sync(a, target, tk, ring);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
-            if (a.quiet && threadIdx.x == 0) set_quiet(0);
             consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
         }
     }

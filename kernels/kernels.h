@@ -227,9 +227,10 @@ void k_set_decode_early_q(int on);
 /* When the producers of later k_decode_stream launches hold their copies, so that the consumers'
  * round trips do not queue behind the stream (for benchmarks and tests; K_DECODE_QUIET_DEFAULT at
  * start, 0: never), as bits. BARRIER: while the block's consumers wait at a grid barrier or on
- * the attention merge's counter; STAGING: on until the next phase's input is staged; MERGE: on
- * through the merge; Q: while the consumers wait for every block's Q rows (early q); SOFT: one
- * unit pending while quiet instead of none. */
+ * the attention merge's counter; STAGING and MERGE: on past the barrier (through the next
+ * phase's staging) and past the counter (through the merge), until the consumers next wait for
+ * ring data, which always ends it; Q: while the consumers wait for every block's Q rows (early
+ * q); SOFT: one unit pending while quiet instead of none. */
 #define K_DECODE_QUIET_BARRIER 1
 #define K_DECODE_QUIET_STAGING 2
 #define K_DECODE_QUIET_MERGE 4
