@@ -579,11 +579,12 @@ template <int M> __device__ __forceinline__ void stage_copy(const bf16_t *src, i
 // it is past all of them.
 // rec (thread 0, trace on): the phase's consumer record (SM clock at the start, at the first
 // unit's data, at the end marker; the tasks warp 0 ran).
-template <int M, int EPI>
+// RPW: rows a warp task, 2 for the RoPE and SiLU pairs; residual tasks may take two rows too
+// (upr even), which loads and converts the input once for both.
+template <int M, int EPI, int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1>
 __device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, const uint4 *xs, ds_ring &ring,
                                              unsigned long long *rec, int qunits = -1)
 {
-    constexpr int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1; // rows per warp task
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = sa.K / 8, tpu = upr / RPW;
     bool q_passed = qunits < 0;
     const long long c0 = rec ? clock64() : 0;
@@ -643,14 +644,17 @@ __device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, c
                 for (int m = 1; m < M; m++)
                     if (lane == m) v[r] = acc[r][m];
             }
-            if (RPW == 2) {
+            if (EPI != K_EPI_RESIDUAL) {
                 epilogue<EPI>(sa, (f0 >> 1) + q, lane, v[0], v[RPW - 1]);
-            } else { // K_EPI_RESIDUAL: flat row f is weight row f
+            } else { // flat row f is weight row f
                 // A reduction in L2 (red.global.add, no value returned) rather than a load and a
                 // store: the warp goes on at once instead of after an L2 round trip (~2 us while
                 // the stream runs), which sat on the tail of the O and down phases. Each element
                 // gets one add a phase, so the sum is the same as before.
-                atomicAdd(reinterpret_cast<float *>(sa.y) + (int64_t)lane * sa.N + f0 + q, v[0]);
+#pragma unroll
+                for (int r = 0; r < RPW; r++)
+                    if (q * RPW + r < rows)
+                        atomicAdd(reinterpret_cast<float *>(sa.y) + (int64_t)lane * sa.N + f0 + q * RPW + r, v[r]);
             }
         }
     }
@@ -1042,7 +1046,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
-            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
+            consume_gemm<M, K_EPI_RESIDUAL, 2>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
         }
         grid_sync(a, target, tk, ring);
         {
@@ -1096,6 +1100,40 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
             ring.wait_full();
             ring.release();
         }
+    }
+}
+
+// The consumers alone: each block's producer hands its consumers `units` units of a GEMM phase
+// whose bytes are already in the ring (nothing is copied: the slots hold whatever shared memory
+// held), and they run consume_gemm on them as in the kernel (M = 1, each block its own rows of
+// y). So bench_engine_gpu can tell the rate the consumers reach from the stream's.
+template <int EPI, int RPW>
+__global__ void __launch_bounds__(DS_THREADS, 1)
+    consume_probe_kernel(k_skinny_args sa, int upr, int units, int ns, int slot_bytes)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int s_unit[DS_MAX_SLOTS];
+    ds_ring ring;
+    ring.unit = s_unit;
+    ring.full = reinterpret_cast<uint64_t *>(smem);
+    ring.empty = ring.full + DS_MAX_SLOTS;
+    ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
+    ring.ns = ns, ring.slot_bytes = slot_bytes, ring.k = 0, ring.inflight = 0;
+    ring.quiet = 0;
+    ring.timed = false, ring.waited = ring.fly_waited = 0;
+    if (threadIdx.x == 0) ring.init_barriers();
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == DS_CWARPS) {
+        for (int u = 0; u <= units; u++, ring.k++) { // then the end marker
+            ring.acquire();
+            if (lane == 0) ring.unit[ring.k % ns] = u < units ? u : -1, mbar_arrive(&ring.full[ring.k % ns]);
+            __syncwarp();
+        }
+    } else if (warp < DS_CWARPS) {
+        const uint4 *xs = reinterpret_cast<const uint4 *>(ring.slots + (size_t)ns * slot_bytes);
+        sa.y = static_cast<float *>(sa.y) + (int64_t)blockIdx.x * sa.N;
+        consume_gemm<1, EPI, RPW>(sa, upr, xs, ring, nullptr);
     }
 }
 
@@ -1170,7 +1208,7 @@ static int ds_geometry(k_decode_args *a)
     a->hg = hg;
     const int64_t kv_row = (int64_t)nkv * hd * 2, kv_row_g = kv_row / hg;
     int64_t slot = slot_override > 0 ? slot_override : 32768;
-    const int64_t need[] = {4LL * h, 2LL * I, 2LL * nh * hd, 2 * kv_row};
+    const int64_t need[] = {4LL * h, 2LL * I, 4LL * nh * hd, 2 * kv_row};
     for (int i = 0; i < 4; i++) slot = slot > need[i] ? slot : need[i];
     slot = round_up(slot, 128);
     int64_t scratch = (int64_t)M * kmax * 2, comb = ((int64_t)DS_CWARPS * hd + 2 * DS_CWARPS) * 4;
@@ -1194,11 +1232,11 @@ static int ds_geometry(k_decode_args *a)
     a->toks_off = (int32_t)(a->scratch_off + scratch);
     a->smem = a->toks_off + (int32_t)toks;
     a->upr[0] = ds_upr((int32_t)slot, h, true);
-    a->upr[1] = ds_upr((int32_t)slot, nh * hd, false);
+    a->upr[1] = ds_upr((int32_t)slot, nh * hd, true);
     a->upr[2] = ds_upr((int32_t)slot, h, true);
     a->upr[3] = ds_upr((int32_t)slot, I, false);
     a->tps = (int32_t)(slot / (2 * kv_row_g) < DS_TPS_MAX ? slot / (2 * kv_row_g) : DS_TPS_MAX);
-    return a->upr[0] >= 2 && a->upr[2] >= 2; // the RoPE and SiLU pairs share a unit
+    return a->upr[0] >= 2 && a->upr[1] >= 2 && a->upr[2] >= 2; // pairs of rows share a unit
 }
 
 extern "C" int32_t k_decode_stream_grid(void) { return ds_sms(); }
@@ -1290,6 +1328,24 @@ extern "C" cudaError_t k_stream_probe(const void *src, int64_t bytes, int32_t ro
     stream_probe_kernel<<<ds_sms(), DS_THREADS, smem, stream>>>(static_cast<const unsigned char *>(src),
                                                                  bytes / unit, row_bytes, rows, ns,
                                                                  inflight < ns ? inflight : 0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t k_consume_probe(int32_t K, int32_t rows, int paired, int32_t units, float *y,
+                                       cudaStream_t stream)
+{
+    const int upr = paired ? 2 * rows : rows, slot = upr * K * 2, ring = 192 * 1024;
+    if (K % 256 || rows < 1 || slot > ring) return cudaErrorInvalidValue;
+    const int ns = ring / slot < DS_MAX_SLOTS ? ring / slot : DS_MAX_SLOTS;
+    const int smem = 2 * DS_MAX_SLOTS * 8 + ns * slot + K * 2;
+    k_skinny_args sa = {};
+    sa.M = 1, sa.K = K, sa.N = units * upr, sa.y = y;
+    // as the kernel: SiLU pairs; residual rows two a task where a unit has an even number
+    auto kern = paired ? consume_probe_kernel<K_EPI_SILU, 2>
+                       : upr % 2 ? consume_probe_kernel<K_EPI_RESIDUAL, 1> : consume_probe_kernel<K_EPI_RESIDUAL, 2>;
+    cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err) return err;
+    kern<<<ds_sms(), DS_THREADS, smem, stream>>>(sa, upr, units, ns, slot);
     return cudaGetLastError();
 }
 

@@ -246,6 +246,11 @@ void k_set_decode_quiet(int bits);
  * the slots. */
 cudaError_t k_stream_probe(const void *src, int64_t bytes, int32_t row_bytes, int32_t rows, int32_t inflight,
                            cudaStream_t stream);
+/* For benchmarks: the GEMM consumers of k_decode_stream alone, at batch 1: every block's consumer
+ * warps take `units` ring units of `rows` weight rows of K elements (pairs of rows with `paired`,
+ * as in gate/up), already in shared memory (nothing is copied), and add their products into their
+ * own units * rows floats of y (or write bf16 there, paired). */
+cudaError_t k_consume_probe(int32_t K, int32_t rows, int paired, int32_t units, float *y, cudaStream_t stream);
 /* For benchmarks: reads `bytes` (a multiple of 16) from src with plain 16-byte loads from every SM. */
 cudaError_t k_read_probe(const void *src, int64_t bytes, unsigned *sink, cudaStream_t stream);
 

@@ -715,6 +715,41 @@ static void stream_probe(void)
     cudaFree(c.src), cudaFree(c.sink);
 }
 
+typedef struct {
+    int K, rows, paired, units;
+    float *y;
+} consume_ctx;
+
+static void do_consume_probe(void *ctx, int i)
+{
+    consume_ctx *c = ctx;
+    CK(k_consume_probe(c->K, c->rows, c->paired, c->units, c->y, stream));
+}
+
+/* The rate the persistent decode kernel's consumers reach at batch 1 with their bytes already in
+ * the ring (nothing copied), per phase shape: what the phases could reach if the stream cost
+ * nothing. The copy ceiling, per SM, is what they have to beat. */
+static void consume_probe(void)
+{
+    static const struct { int K, rows, paired; const char *name; } v[] = {
+        {4096, 4, 0, "O (4 rows of K=4096 a unit)"},
+        {4096, 2, 1, "QKV, gate/up (2 pairs of K=4096)"},
+        {11008, 1, 0, "down (1 row of K=11008)"},
+    };
+    const int G = k_decode_stream_grid();
+    consume_ctx c = {.units = 512};
+    CK(cudaMalloc((void **)&c.y, (size_t)G * c.units * 8 * sizeof(float)));
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        c.K = v[i].K, c.rows = v[i].rows, c.paired = v[i].paired;
+        const double bytes = (double)G * c.units * (c.paired ? 2 : 1) * c.rows * c.K * 2;
+        double t = time_it(do_consume_probe, &c, 10, 9);
+        char shape[64];
+        snprintf(shape, sizeof shape, "%s, %.1f GB/s an SM", v[i].name, bytes / G / t / 1e9);
+        row("consumers alone (decode kernel)", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
+    }
+    cudaFree(c.y);
+}
+
 /* ---- inside the persistent decode kernel ----------------------------------------------------- */
 
 /* Runs the decode step of B sequences at context 1024 without a graph, with the persistent
@@ -966,6 +1001,7 @@ int main(int argc, char **argv)
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "ab")) decode_ab();
     if (!strcmp(what, "all") || !strcmp(what, "stream")) stream_probe();
+    if (!strcmp(what, "all") || !strcmp(what, "consume")) consume_probe();
     if (!strcmp(what, "all") || !strcmp(what, "trace")) {
         const int f0 = K_DECODE_INFLIGHT_DEFAULT;
         decode_trace(1, 0, 0, 1, f0);
