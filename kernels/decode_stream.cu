@@ -204,6 +204,9 @@ __shared__ int ds_quiet;
 __device__ __forceinline__ int quiet_now() { return *(volatile int *)&ds_quiet; }
 __device__ __forceinline__ void set_quiet(int on) { *(volatile int *)&ds_quiet = on; }
 
+// ceil(2^32 / the ring's slot count) (ds_ring::set_ns)
+__shared__ unsigned ds_magic;
+
 // ---- geometry both sides agree on ---------------------------------------------------------------
 
 struct ds_ring {
@@ -218,14 +221,26 @@ struct ds_ring {
     long long waited;     // consumer: for data; producer: for a free slot (the ring full)
     long long fly_waited; // producer: for the in-flight limit
 
-    __device__ __forceinline__ unsigned char *slot(unsigned i) const { return slots + (size_t)(i % ns) * slot_bytes; }
+    // The slot count, and (thread 0, before the block's first __syncthreads) the multiplier that
+    // divides by it: every unit pays a division for its slot and parity, and the generic one
+    // (~20 instructions) was a tenth of a consumer warp's. In shared memory, as a register it
+    // pushed the kernel past its 168.
+    __device__ __forceinline__ void set_ns(int n)
+    {
+        ns = n;
+        if (threadIdx.x == 0) ds_magic = (unsigned)((0x100000000ull + (unsigned)n - 1) / (unsigned)n);
+    }
+    // i / ns, exact for i < 2^28 (ns <= 16; a launch passes a few thousand units through a ring)
+    __device__ __forceinline__ unsigned lap(unsigned i) const { return __umulhi(i, ds_magic); }
+    __device__ __forceinline__ unsigned idx(unsigned i) const { return i - lap(i) * ns; }      // i % ns
+    __device__ __forceinline__ unsigned char *slot(unsigned i) const { return slots + (size_t)idx(i) * slot_bytes; }
     // Waits until unit k's bytes have landed. A consumer that needs ring data ends the producer's
     // quiet first: it can never wait on a held producer.
     __device__ __forceinline__ void wait_full()
     {
         if (quiet && quiet_now()) set_quiet(0);
         const long long c0 = timed ? clock64() : 0;
-        mbar_wait(&full[k % ns], (k / ns) & 1);
+        mbar_wait(&full[idx(k)], lap(k) & 1);
         if (timed) waited += clock64() - c0;
     }
     // Producer, before filling unit k's slot: until the consumers have freed it and, with an
@@ -233,19 +248,19 @@ struct ds_ring {
     __device__ __forceinline__ void acquire()
     {
         long long c0 = timed ? clock64() : 0;
-        if (k >= (unsigned)ns) mbar_wait(&empty[k % ns], ((k / ns) - 1) & 1);
+        if (k >= (unsigned)ns) mbar_wait(&empty[idx(k)], (lap(k) - 1) & 1);
         if (timed) {
             const long long c1 = clock64();
             waited += c1 - c0, c0 = c1;
         }
         if (inflight && k >= (unsigned)inflight) {
             const unsigned j = k - inflight;
-            mbar_wait(&full[j % ns], (j / ns) & 1);
+            mbar_wait(&full[idx(j)], lap(j) & 1);
         }
         if (quiet && quiet_now()) {
             if ((quiet & K_DECODE_QUIET_SOFT) && k >= 1u) { // in-flight limit 1 while quiet
                 const unsigned j = k - 1;
-                mbar_wait(&full[j % ns], (j / ns) & 1);
+                mbar_wait(&full[idx(j)], lap(j) & 1);
             } else {
                 while (quiet_now()) {
                 }
@@ -263,7 +278,7 @@ struct ds_ring {
     __device__ __forceinline__ void release()
     {
         __syncwarp();
-        if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[k % ns]);
+        if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[idx(k)]);
     }
 };
 
@@ -360,7 +375,7 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
         int after = next + 1;
         if (claim) after = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for two units on
         const bool end = claim ? u >= U : u >= u1;
-        const unsigned s = ring.k % ring.ns;
+        const unsigned s = ring.idx(ring.k);
         ring.acquire();
         if (end) {
             if (lane == 0) ring.unit[s] = -1, mbar_arrive(&ring.full[s]);
@@ -414,7 +429,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
                     if (e_hi == base + lens[b]) e_hi--; // the newest token is read after phase 1 writes it
                     for (int64_t e = e_lo; e < e_hi; e += a.tps, ring.k++) {
                         const int n = (int)min((int64_t)a.tps, e_hi - e);
-                        const unsigned s = ring.k % ring.ns;
+                        const unsigned s = ring.idx(ring.k);
                         ring.acquire();
                         if (lane == 0) mbar_expect_tx(&ring.full[s], 2 * kv_row * n);
                         __syncwarp();
@@ -593,7 +608,7 @@ __device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, c
     for (;; ring.k++) {
         ring.wait_full();
         if (rec && !c1) c1 = clock64();
-        const int u = ring.unit[ring.k % ring.ns];
+        const int u = ring.unit[ring.idx(ring.k)];
         if (!q_passed && (u < 0 || u >= qunits)) {
             signal_arrive<DS_BAR_Q_PASSED>();
             q_passed = true;
@@ -981,7 +996,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     ring.full = reinterpret_cast<uint64_t *>(smem);
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + a.ring_off;
-    ring.ns = a.nslots, ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
+    ring.set_ns(a.nslots);
+    ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
     ring.quiet = a.quiet;
     if (threadIdx.x == 0) set_quiet(0);
     ring.timed = a.trace != nullptr && (threadIdx.x == 0 || threadIdx.x == DS_CTHREADS);
@@ -1058,7 +1074,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
-            consume_gemm<M, K_EPI_RESIDUAL>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
+            if (a.upr[3] % 2) consume_gemm<M, K_EPI_RESIDUAL, 1>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
+            else consume_gemm<M, K_EPI_RESIDUAL, 2>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
         }
     }
 }
@@ -1077,7 +1094,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     ring.full = reinterpret_cast<uint64_t *>(smem);
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
-    ring.ns = ns, ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
+    ring.set_ns(ns);
+    ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
     ring.quiet = 0;
     ring.timed = false, ring.waited = ring.fly_waited = 0;
     if (threadIdx.x == 0) ring.init_barriers();
@@ -1089,11 +1107,11 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
         for (int64_t i = 0; i < mine; i++, ring.k++) {
             const unsigned char *u = src + (blockIdx.x + i * gridDim.x) * (int64_t)ring.slot_bytes;
             ring.acquire();
-            if (lane == 0) mbar_expect_tx(&ring.full[ring.k % ns], ring.slot_bytes);
+            if (lane == 0) mbar_expect_tx(&ring.full[ring.idx(ring.k)], ring.slot_bytes);
             __syncwarp();
             if (lane < rows)
                 bulk_copy(ring.slot(ring.k) + lane * row_bytes, u + lane * row_bytes, row_bytes,
-                          &ring.full[ring.k % ns], pol);
+                          &ring.full[ring.idx(ring.k)], pol);
         }
     } else if (warp < DS_CWARPS) {
         for (int64_t i = 0; i < mine; i++, ring.k++) {
@@ -1118,7 +1136,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     ring.full = reinterpret_cast<uint64_t *>(smem);
     ring.empty = ring.full + DS_MAX_SLOTS;
     ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
-    ring.ns = ns, ring.slot_bytes = slot_bytes, ring.k = 0, ring.inflight = 0;
+    ring.set_ns(ns);
+    ring.slot_bytes = slot_bytes, ring.k = 0, ring.inflight = 0;
     ring.quiet = 0;
     ring.timed = false, ring.waited = ring.fly_waited = 0;
     if (threadIdx.x == 0) ring.init_barriers();
@@ -1127,7 +1146,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     if (warp == DS_CWARPS) {
         for (int u = 0; u <= units; u++, ring.k++) { // then the end marker
             ring.acquire();
-            if (lane == 0) ring.unit[ring.k % ns] = u < units ? u : -1, mbar_arrive(&ring.full[ring.k % ns]);
+            if (lane == 0) ring.unit[ring.idx(ring.k)] = u < units ? u : -1, mbar_arrive(&ring.full[ring.idx(ring.k)]);
             __syncwarp();
         }
     } else if (warp < DS_CWARPS) {

@@ -633,17 +633,14 @@ static void whole_steps(void)
 }
 
 /* The batch-1 decode step (context 1024, graphs) under the streamed kernel's current experiments
- * (now: when its producers go quiet, and how many units they keep pending), alternated three
- * times so that drifts of the machine fall on all of them. */
+ * (now: ring slots that hold two rows of the down projection, and producers that never go quiet),
+ * alternated three times so that drifts of the machine fall on all of them. */
 static void decode_ab(void)
 {
-    static const struct { int quiet, inflight; const char *name; } cfg[] = {
-        {0, 2, "producers never quiet (before)"},
-        {K_DECODE_QUIET_DEFAULT, 2, "quiet soft: barriers, staging, merge, q (default)"},
-        {K_DECODE_QUIET_DEFAULT & ~K_DECODE_QUIET_Q, 2, "quiet soft: barriers, staging, merge"},
-        {K_DECODE_QUIET_BARRIER | K_DECODE_QUIET_SOFT, 2, "quiet soft: barriers"},
-        {K_DECODE_QUIET_DEFAULT & ~K_DECODE_QUIET_SOFT, 2, "quiet hard: barriers, staging, merge, q"},
-        {K_DECODE_QUIET_DEFAULT, 3, "quiet default, 3 units pending"},
+    static const struct { int quiet, slot; const char *name; } cfg[] = {
+        {K_DECODE_QUIET_DEFAULT, 0, "default"},
+        {K_DECODE_QUIET_DEFAULT, 44032, "44 KB slots: down rows two a task"},
+        {0, 0, "producers never quiet"},
     };
     const int bs = 16, S = 2112 / 16;
     const double bytes = WBYTES_7B + KV_TOK_7B * 1025;
@@ -652,7 +649,7 @@ static void decode_ab(void)
         for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
             engine eng;
             /* read when the graph is captured */
-            k_set_decode_quiet(cfg[i].quiet), k_set_decode_inflight(cfg[i].inflight);
+            k_set_decode_quiet(cfg[i].quiet), k_set_decode_slot(cfg[i].slot);
             if (open_7b(&eng, 1024, 1, S, true, true, 8, true)) exit(1);
             fill_kv(&eng, &sb, 1, 1, S, bs);
             eng_step s = make_step(&sb, 1, 1024, 1, S, bs, 0);
@@ -662,7 +659,7 @@ static void decode_ab(void)
             row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
             engine_close(&eng);
         }
-    k_set_decode_quiet(K_DECODE_QUIET_DEFAULT), k_set_decode_inflight(K_DECODE_INFLIGHT_DEFAULT);
+    k_set_decode_quiet(K_DECODE_QUIET_DEFAULT), k_set_decode_slot(0);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
