@@ -23,6 +23,10 @@
 // (k_set_decode_quiet; 3.5% faster at batch 1: 3.62-3.63 against 3.75 ms, bench_engine_gpu ab).
 // The ring is full by then anyway; what the producer held back was only lengthening the round
 // trips. Holding every copy (none pending) was slower (3.68-3.71): the next phase started dry.
+// After a barrier the phase runs at the consumers' pace until the ring has drained, and they
+// multiply only 1.4-1.6 times as fast as the stream refills it (bench_engine_gpu consume), so
+// their instructions count: bf16 unpacked with one integer op a value, two FMA chains, rows
+// two a task where a unit allows, no division for the ring's slot (3.55 against 3.65 ms).
 //
 // A block = 8 consumer warps + 1 producer warp + 1 signal warp, one block per SM, launched
 // cooperatively. Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the
@@ -64,12 +68,18 @@
 // issued only once the previous unit landed (1.5 units pending, 3.82 against 3.755 ms); attention
 // partials as LL words to fixed mergers (3.83-3.85 against 3.82 on the same branch: the counter
 // shrank, the polled merge grew) and GEMM tasks split across warps by K (5.58 ms; tag
-// tried/decode-experiments); three of down's 22 KB rows in flight instead of two (3.76 against
-// 3.745 ms), although the ring alone streams 3% faster so (bench_engine_gpu stream: 4.41
-// against 4.27 TB/s; 4.45 with two 32 KB units). Every change that put more bytes in flight
-// lengthened the consumers' L2 round trips (barriers, norms, merges), and those, not the stream,
-// set the step's time (hence the quiet producers above). ncu: 1.6% of warp stalls are
-// instruction-cache misses, although the kernel is 216 KB of SASS.
+// tried/decode-experiments); attention by single KV heads, every block merging the heads'
+// partials itself after the barrier (4.13-4.17 against 3.65 ms: 256-byte bulk copies stream
+// slowly, and 132 blocks reading the same 45 KB of partials queue on the same L2 lines; tag
+// tried/merge-in-staging); the consumers on the tensor cores, a unit to a warp as mma.sync
+// (5.12-5.24 ms: a sixteenth of each MMA's rows is real; tag tried/tensor-core-consumers);
+// three of down's 22 KB rows in flight instead of two (3.76 against 3.745 ms), although the
+// ring alone streams 3% faster so (bench_engine_gpu stream: 4.41 against 4.27 TB/s; 4.45 with
+// two 32 KB units); 44 KB slots, down's rows two a unit and a task (3.67 against 3.55 ms: four
+// slots instead of six). Every change that put more bytes in flight lengthened the consumers'
+// L2 round trips (barriers, norms, merges), and those and the consumers' own pace, not the
+// stream, set the step's time. ncu: 1.6% of warp stalls are instruction-cache misses, although
+// the kernel is 216 KB of SASS.
 #include <math.h>
 
 #include "kernels/skinny_rows.cuh"
