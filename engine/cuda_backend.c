@@ -4,7 +4,9 @@
  * kernels (kernels/) and cuBLAS GEMMs on one stream. Nothing is allocated per step.
  *
  * Precision: weights, KV cache and GEMM inputs are bf16; the residual stream, GEMM outputs
- * (except gate/up, stored bf16), attention softmax and all accumulations are float32.
+ * (except gate/up, and QKV outside the fused path: stored bf16), attention softmax and all
+ * accumulations are float32. The bf16 QKV halves the bytes the GEMM writes and RoPE reads at
+ * prefill (vLLM rounds there too); RoPE writes q back as float32 for the attention kernels.
  *
  * Per layer:  norm -> QKV GEMM -> RoPE+KV write -> attention (decode rows: split-K kernel;
  * prefill rows: tensor-core kernel) -> O GEMM (+= residual) -> norm -> gate/up GEMM -> SiLU*up ->
@@ -86,7 +88,8 @@ typedef struct cuda_model {
     /* activations, sized for max_tokens rows (logits: max_seqs rows) */
     float *x;      /* (T, h) residual stream */
     bf16_t *xn;    /* (T, h) */
-    float *qkv;    /* (T, qkv_dim) */
+    float *qkv;    /* (T, qkv_dim) after RoPE (the unfused path writes only its q columns) */
+    bf16_t *qkv16; /* (T, qkv_dim) QKV GEMM output on the unfused path */
     bf16_t *attn;  /* (T, nh*hd) */
     bf16_t *gu;    /* (T, 2I) */
     bf16_t *act;   /* (T, I) */
@@ -153,8 +156,8 @@ static void cuda_destroy(void *self)
     if (m->stream) cudaStreamSynchronize(m->stream);
     for (int32_t i = 0; i < m->num_graphs; i++) cudaGraphExecDestroy(m->graphs[i].exec);
     if (m->blas) cublasDestroy(m->blas);
-    void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->attn,
-                   m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
+    void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->qkv16,
+                   m->attn, m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
                    m->d_layers, m->ds_partials, m->ds_barrier, m->d_meta, m->d_samp, m->d_tok};
     for (size_t i = 0; i < ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
@@ -336,6 +339,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     TRY(dev_alloc((void **)&m->x, (size_t)(T * h) * 4, "activations", e));
     TRY(dev_alloc((void **)&m->xn, (size_t)(T * h) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->qkv, (size_t)(T * m->qkv_dim) * 4, "activations", e));
+    TRY(dev_alloc((void **)&m->qkv16, (size_t)(T * m->qkv_dim) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->attn, (size_t)(T * qd) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->gu, (size_t)(T * 2 * I) * 2, "activations", e));
     TRY(dev_alloc((void **)&m->act, (size_t)(T * I) * 2, "activations", e));
@@ -462,9 +466,9 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
             CU_TRY(k_gemm_skinny_fused(&q, m->stream));
         } else {
             CU_TRY(k_add_rmsnorm(m->x, NULL, L->attn_norm, NULL, T, h, eps, m->xn, m->stream));
-            if (gemm(m, m->xn, L->wqkv, m->qkv, 1, 0, T, m->qkv_dim, h, e)) return ENGINE_ERR_DEVICE;
-            CU_TRY(k_rope_kv_write(m->qkv, d + l->pos, d + l->slot, T, nh, nkv, hd, m->inv_freq, kc,
-                                   vc, m->stream));
+            if (gemm(m, m->xn, L->wqkv, m->qkv16, 0, 0, T, m->qkv_dim, h, e)) return ENGINE_ERR_DEVICE;
+            CU_TRY(k_rope_kv_write(m->qkv16, d + l->pos, d + l->slot, T, nh, nkv, hd, m->inv_freq,
+                                   m->qkv, m->qkv_dim, kc, vc, m->stream));
         }
         CU_TRY(k_decode_attention(&a, d + l->dec, nd, partition, max_parts, m->partials, m->counters,
                                   m->stream));

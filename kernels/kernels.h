@@ -6,10 +6,11 @@
  * Every kernel has a plain-C twin in engine/cpu_ops.c (or engine/sampler.c) that
  * tests/test_engine_gpu.c checks it against on fresh random inputs.
  *
- * Types: bf16 values travel as their raw 16 bits (uint16_t) so C can hold them; activations in
- * the residual stream and GEMM outputs are float32. Shapes as in engine.h: T token rows,
- * h hidden, nh/nkv heads of hd dims, I MLP width; qkv rows are [q (nh*hd) | k (nkv*hd) | v].
- * KV caches (one layer): (num_blocks * block_size slots, nkv, hd) bf16.
+ * Types: bf16 values travel as their raw 16 bits (uint16_t) so C can hold them; the residual
+ * stream is float32, GEMM outputs float32 or bf16 as each launcher says. Shapes as in engine.h:
+ * T token rows, h hidden, nh/nkv heads of hd dims, I MLP width; qkv rows are
+ * [q (nh*hd) | k (nkv*hd) | v]. KV caches (one layer): (num_blocks * block_size slots, nkv, hd)
+ * bf16.
  *
  * Programmatic dependent launch (k_set_pdl): kernels are launched so that the next one may
  * start while this one drains; each kernel reads nothing written by an earlier kernel, and
@@ -46,11 +47,14 @@ cudaError_t k_add_rmsnorm(float *x, const float *delta, const bf16_t *w, const i
                           int32_t n, int32_t h, float eps, bf16_t *out, cudaStream_t stream);
 
 /* RoPE (rotate_half pairing, angle = pos * inv_freq[i]) on the q and k heads of each row of
- * qkv (float, rotated in place), then k and v written as bf16 into the caches at
- * slot_mapping[t] (skipped when negative). hd % 8 == 0. */
-cudaError_t k_rope_kv_write(float *qkv, const int32_t *positions, const int32_t *slot_mapping,
+ * qkv (T, (nh + 2 nkv) hd) bf16 (the unfused path's QKV GEMM output): rotated q written to
+ * q (T, q_stride) float, head i at columns [i*hd, (i+1)*hd) (other columns untouched); rotated k
+ * and v written as bf16 into the caches at slot_mapping[t] (skipped when negative; q is still
+ * written). hd % 8 == 0, hd <= 256, q_stride % 4 == 0 and >= nh*hd, else cudaErrorInvalidValue. */
+cudaError_t k_rope_kv_write(const bf16_t *qkv, const int32_t *positions, const int32_t *slot_mapping,
                             int32_t T, int32_t nh, int32_t nkv, int32_t hd, const float *inv_freq,
-                            bf16_t *k_cache, bf16_t *v_cache, cudaStream_t stream);
+                            float *q, int32_t q_stride, bf16_t *k_cache, bf16_t *v_cache,
+                            cudaStream_t stream);
 
 /* out[t][i] = bf16(silu(gu[t][i]) * gu[t][I + i]): gu (T, 2I) bf16, out (T, I). I % 8 == 0. */
 cudaError_t k_silu_mul(const bf16_t *gu, int32_t T, int32_t I, bf16_t *out, cudaStream_t stream);
@@ -74,8 +78,9 @@ enum k_skinny_epi {
     K_EPI_SILU,     /* N = 2I rows [gate | up]: y (M, I) bf16 = silu(bf16(gate)) * bf16(up), as
                        k_silu_mul on a bf16 gate/up */
     K_EPI_ROPE_KV,  /* N = (nh + 2 nkv) hd, y = qkv (M, N) float: as k_rope_kv_write after the
-                       GEMM: q columns rotated, k and v columns unrotated, rotated k and v
-                       written to the caches at slot_mapping[m] (skipped when negative) */
+                       GEMM, but on the float32 products (not rounded to bf16 first): q columns
+                       rotated, k and v columns unrotated, rotated k and v written to the caches
+                       at slot_mapping[m] (skipped when negative) */
 };
 
 /* Largest activation (M * K * 2 bytes) staged in shared memory; K_PRO_NORM needs it staged. */

@@ -219,51 +219,83 @@ static void model_like(model_config *mc, int32_t nh, int32_t nkv, int32_t hd, bo
 START_TEST(rope_kv_write_matches_cpu)
 {
     gsl_rng *r = rng_for("rope");
-    int32_t cfg[][4] = {{32, 32, 128, 0}, {32, 8, 128, 1}, {16, 16, 64, 0}, {4, 1, 32, 1}};
+    /* nh, nkv, hd, llama3 scaling, q columns past nh*hd (q_stride = nh*hd + that): the engine's
+     * layout (q in the float qkv rows), dense q, padded rows; hd 40 takes the 4-wide path. */
+    int32_t cfg[][5] = {{32, 32, 128, 0, 2 * 32 * 128}, {32, 8, 128, 1, 0}, {16, 16, 64, 0, 12},
+                        {4, 1, 32, 1, 4}, {4, 2, 40, 0, 8}};
     for (size_t k = 0; k < ARRAY_LEN(cfg); k++) {
         model_config mc;
         model_like(&mc, cfg[k][0], cfg[k][1], cfg[k][2], cfg[k][3]);
         int32_t nh = mc.num_heads, nkv = mc.num_kv_heads, hd = mc.head_dim, T = 50, slots_n = 128;
-        int32_t stride = (nh + 2 * nkv) * hd, pos[50], slot[50], perm[128];
+        int32_t stride = (nh + 2 * nkv) * hd, qs = nh * hd + cfg[k][4], kvd = nkv * hd;
+        int32_t pos[50], slot[50], perm[128];
+        bool written[128] = {false};
         shuffle_ids(r, perm, slots_n);
-        for (int i = 0; i < T; i++) pos[i] = (int32_t)gsl_rng_uniform_int(r, 9000), slot[i] = perm[i];
-        float *qkv = randn(r, (int64_t)T * stride, 1.0), inv[64];
+        /* shuffled slots; every 7th row has none (-1): its q is written, its k and v are not */
+        for (int i = 0; i < T; i++) {
+            pos[i] = (int32_t)gsl_rng_uniform_int(r, 9000);
+            slot[i] = i % 7 == 3 ? -1 : perm[i];
+            if (slot[i] >= 0) written[slot[i]] = true;
+        }
+        /* the GEMM's bf16 output; the CPU rotates the same values */
+        uint16_t *qkvb;
+        float *qkv = randn_bf16(r, (int64_t)T * stride, 1.0, &qkvb), inv[128];
         cpu_rope_inv_freq(&mc, inv);
-        float *dq = dupload(qkv, 4 * (size_t)T * stride), *dinv = dupload(inv, sizeof inv);
+        void *dqkv = dupload(qkvb, 2 * (size_t)T * stride);
+        float *dinv = dupload(inv, sizeof(float) * (size_t)(hd / 2)), *dq = dpoison(4 * (size_t)T * qs);
         int32_t *dp = dupload(pos, sizeof pos), *ds = dupload(slot, sizeof slot);
-        size_t cache = (size_t)slots_n * nkv * hd;
+        /* caches with a guard slot in front, where a write for slot -1 would land */
+        size_t cache = (size_t)(slots_n + 1) * kvd;
         uint16_t *dk = dpoison(2 * cache), *dv = dpoison(2 * cache);
-        CK_CUDA(k_rope_kv_write(dq, dp, ds, T, nh, nkv, hd, dinv, dk, dv, 0));
-        float *gq = xmalloc(4 * (size_t)T * stride), *ck = xcalloc(cache, 4), *cv = xcalloc(cache, 4);
+        CK_CUDA(k_rope_kv_write(dqkv, dp, ds, T, nh, nkv, hd, dinv, dq, qs, dk + kvd, dv + kvd, 0));
+        float *gq = xmalloc(4 * (size_t)T * qs), *ck = xcalloc(cache, 4), *cv = xcalloc(cache, 4);
         uint16_t *gk = xmalloc(2 * cache), *gv = xmalloc(2 * cache);
-        download(gq, dq, 4 * (size_t)T * stride);
+        download(gq, dq, 4 * (size_t)T * qs);
         download(gk, dk, 2 * cache), download(gv, dv, 2 * cache);
         cpu_rope(qkv, pos, T, nh, nkv, hd, inv);
-        cpu_kv_write(qkv, slot, T, nh, nkv, hd, ck, cv, 1);
-        /* q heads of every row (the k/v parts of qkv are not the kernel's output) */
+        cpu_kv_write(qkv, slot, T, nh, nkv, hd, ck + kvd, cv + kvd, 1);
+        /* q heads of every row; q's columns past nh*hd and the slots nobody maps keep the poison */
         float *gqs = xmalloc(4 * (size_t)T * nh * hd), *cqs = xmalloc(4 * (size_t)T * nh * hd);
+        int64_t stray = 0;
         for (int t = 0; t < T; t++) {
-            memcpy(gqs + (int64_t)t * nh * hd, gq + (int64_t)t * stride, 4 * (size_t)nh * hd);
+            memcpy(gqs + (int64_t)t * nh * hd, gq + (int64_t)t * qs, 4 * (size_t)nh * hd);
             memcpy(cqs + (int64_t)t * nh * hd, qkv + (int64_t)t * stride, 4 * (size_t)nh * hd);
+            for (int j = nh * hd; j < qs; j++) {
+                uint32_t bits;
+                memcpy(&bits, gq + (int64_t)t * qs + j, 4);
+                stray += bits != 0xffffffffu;
+            }
+        }
+        for (int s = -1; s < slots_n; s++) {
+            if (s >= 0 && written[s]) continue;
+            for (int j = 0; j < kvd; j++) {
+                int64_t o = (int64_t)(s + 1) * kvd + j;
+                stray += (gk[o] != 0xffff) + (gv[o] != 0xffff);
+            }
         }
         /* k/v at the written slots only */
-        int64_t kvn = (int64_t)T * nkv * hd;
-        float *gks = xmalloc(4 * (size_t)kvn), *cks = xmalloc(4 * (size_t)kvn);
-        float *gvs = xmalloc(4 * (size_t)kvn), *cvs = xmalloc(4 * (size_t)kvn);
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < nkv * hd; j++) {
-                int64_t s = (int64_t)slot[t] * nkv * hd + j, o = (int64_t)t * nkv * hd + j;
-                gks[o] = bf16_to_f32(gk[s]), cks[o] = ck[s], gvs[o] = bf16_to_f32(gv[s]), cvs[o] = cv[s];
+        int64_t kvn = 0;
+        float *gks = xmalloc(4 * (size_t)T * kvd), *cks = xmalloc(4 * (size_t)T * kvd);
+        float *gvs = xmalloc(4 * (size_t)T * kvd), *cvs = xmalloc(4 * (size_t)T * kvd);
+        for (int t = 0; t < T; t++) {
+            if (slot[t] < 0) continue;
+            for (int j = 0; j < kvd; j++, kvn++) {
+                int64_t s = (int64_t)(slot[t] + 1) * kvd + j;
+                gks[kvn] = bf16_to_f32(gk[s]), cks[kvn] = ck[s], gvs[kvn] = bf16_to_f32(gv[s]), cvs[kvn] = cv[s];
             }
+        }
         char what[96];
-        snprintf(what, sizeof what, "rope q nh=%d nkv=%d hd=%d %s", nh, nkv, hd, cfg[k][3] ? "llama3" : "");
+        snprintf(what, sizeof what, "rope q nh=%d nkv=%d hd=%d q_stride=%d%s", nh, nkv, hd, qs,
+                 cfg[k][3] ? " llama3" : "");
         expect_close(what, gqs, cqs, (int64_t)T * nh * hd, 1e-5, 1e-4);
         snprintf(what, sizeof what, "rope+kv_write k cache nh=%d nkv=%d hd=%d", nh, nkv, hd);
         expect_close(what, gks, cks, kvn, TOL_NORM, TOL_ELEM);
         snprintf(what, sizeof what, "kv_write v cache nh=%d nkv=%d hd=%d", nh, nkv, hd);
-        expect_close(what, gvs, cvs, kvn, 0, 0); /* bf16(v) exactly */
-        cudaFree(dq), cudaFree(dinv), cudaFree(dp), cudaFree(ds), cudaFree(dk), cudaFree(dv);
-        free(qkv), free(gq), free(ck), free(cv), free(gk), free(gv), free(gqs), free(cqs);
+        expect_close(what, gvs, cvs, kvn, 0, 0); /* the bf16 input, copied */
+        ck_assert_msg(stray == 0, "rope nh=%d nkv=%d hd=%d q_stride=%d: %lld values written outside "
+                      "q's columns or at slots no row maps (or slot -1)", nh, nkv, hd, qs, (long long)stray);
+        cudaFree(dqkv), cudaFree(dinv), cudaFree(dq), cudaFree(dp), cudaFree(ds), cudaFree(dk), cudaFree(dv);
+        free(qkv), free(qkvb), free(gq), free(ck), free(cv), free(gk), free(gv), free(gqs), free(cqs);
         free(gks), free(cks), free(gvs), free(cvs);
     }
     gsl_rng_free(r);
@@ -278,6 +310,12 @@ START_TEST(silu_mul_matches_cpu)
         int32_t I = Is[k];
         uint16_t *gub;
         float *gu = randn_bf16(r, (int64_t)T * 2 * I, 2.0, &gub);
+        /* gates far out: exp(-g) overflows below g = -88, which must give 0, not NaN */
+        const float far[] = {-100.0f, -1000.0f, 100.0f, 1000.0f, -88.0f, -80.0f};
+        for (int i = 0; i < (int)ARRAY_LEN(far); i++) {
+            int64_t at = (int64_t)(5 + i) * 2 * I + 3 * i; /* gate column 3i of row 5 + i */
+            gub[at] = f32_to_bf16(far[i]), gu[at] = bf16_to_f32(gub[at]);
+        }
         void *dgu = dupload(gub, 2 * (size_t)T * 2 * I);
         uint16_t *dout = dpoison(2 * (size_t)T * I), *gb = xmalloc(2 * (size_t)T * I);
         CK_CUDA(k_silu_mul(dgu, T, I, dout, 0));

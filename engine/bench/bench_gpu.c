@@ -359,8 +359,11 @@ static void do_silu(void *c, int i)
 static void do_rope(void *c, int i)
 {
     ew_ctx *e = c;
-    CK(k_rope_kv_write(e->x[i % 4], e->pos, e->slot, e->T, 32, 32, 128, e->inv, e->d[i % 4],
-                       (bf16_t *)e->d[i % 4] + (size_t)e->T * 4096, stream));
+    /* d holds the k and v caches (T, 4096) bf16 each, then q (T, 4096) float */
+    bf16_t *kc = e->d[i % 4], *vc = kc + (size_t)e->T * 4096;
+    float *q = (float *)(vc + (size_t)e->T * 4096);
+    CK(k_rope_kv_write(e->x[i % 4], e->pos, e->slot, e->T, 32, 32, 128, e->inv, q, 4096, kc, vc,
+                       stream));
 }
 static void do_embed(void *c, int i)
 {
@@ -399,8 +402,9 @@ static void elementwise(void)
     row("SiLU * up", "T=2048 I=11008", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     t = time_it(do_embed, &e, 10, 15), bytes = (double)T * h * (2 + 4);
     row("embedding gather", "T=2048 h=4096", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
-    for (int i = 0; i < 4; i++) CK(k_synth_bf16(e.x[i], (int64_t)T * 12288 * 2, 5, 5, 0.0f, 0.02f, stream));
-    t = time_it(do_rope, &e, 10, 15), bytes = (double)T * 12288 * 4 + (double)T * 4096 * 4 + (double)T * 8192 * 2;
+    /* RoPE reads the QKV GEMM's bf16 rows and writes float q and bf16 k and v */
+    for (int i = 0; i < 4; i++) CK(k_synth_bf16(e.x[i], (int64_t)T * 12288, 5, 5, 0.0f, 1.0f, stream));
+    t = time_it(do_rope, &e, 10, 15), bytes = (double)T * 12288 * 2 + (double)T * 4096 * 4 + (double)T * 8192 * 2;
     row("RoPE + KV write", "T=2048 heads 32/32 hd 128", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     for (int i = 0; i < 4; i++) cudaFree(e.x[i]), cudaFree(e.d[i]), cudaFree(e.out[i]);
     cudaFree(e.w), cudaFree(e.tok), cudaFree(e.pos), cudaFree(e.slot), cudaFree(e.inv);
