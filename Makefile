@@ -48,6 +48,9 @@ CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+# The wgmma kernel needs the architecture-specific target (sm_90a SASS runs on compute
+# capability 9.0 only; the PTX beside it compiles the kernel to a trap it never reaches).
+CUDA_ARCH_WGMMA ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 CUDA    ?= $(if $(NVCC),1,0)
 
 BUILD   := build
@@ -116,6 +119,7 @@ $(BUILD)/chk/%.o: %.c
 $(BUILD)/rel/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Icore -MMD -MP -c $< -o $@
+$(BUILD)/rel/kernels/prefill_wgmma.cu.o: CUDA_ARCH = $(CUDA_ARCH_WGMMA)
 
 # The shipped model configs (Hugging Face config.json files) are compiled into the binary, so
 # `--model llama-2-7b` works from any directory.

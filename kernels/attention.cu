@@ -8,7 +8,9 @@
 // (sequence, head group) to finish (atomic counter) combines the partitions, so decode needs one
 // launch. Memory bound: every K and V byte of the context is read once.
 //
-// prefill_attn_kernel: 128 query rows of one sequence and one head per block (8 warps x 16 rows);
+// prefill_attn_kernel: (on the H200 at hd 128, prefill_wgmma.cu's kernel runs instead; this one
+// serves other GPUs, head dims and block sizes) 128 query rows of one sequence and one head per
+// block (8 warps x 16 rows);
 // keys in tiles of 64 gathered from the pages with cp.async, double buffered; S = QK^T and
 // O += PV on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fragments by ldmatrix),
 // online softmax in registers (FlashAttention-2), 64 keys per softmax update. Key tiles wholly
@@ -613,12 +615,17 @@ cudaError_t k_prefill_init(void)
     cudaError_t err;
     if ((err = prefill_init<32>()) != cudaSuccess) return err;
     if ((err = prefill_init<64>()) != cudaSuccess) return err;
+    k_prefill_wgmma_ok(); // its limit too, where it runs
     return prefill_init<128>();
 }
 
 static int prefill_variant = 0;
 extern "C" void k_set_prefill_variant(int v) { prefill_variant = v >= 1 && v <= K_PREFILL_VARIANTS ? v : 0; }
 
+// Variant 0 is the wgmma kernel (prefill_wgmma.cu) where it runs (hd 128 on an sm_90 GPU) and
+// this file's kernel elsewhere; 1 and 2 are this kernel's alternative schedules, 3 its default
+// schedule on every GPU (what variant 0 was before the wgmma kernel), 4..6 the wgmma kernel's
+// other schedules.
 template <int HD>
 static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                   cudaStream_t stream)
@@ -627,7 +634,15 @@ static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, in
     switch (prefill_variant) {
     case 1: return launch_prefill_v<HD, 1>(a, items, num_items, stream);
     case 2: return launch_prefill_v<HD, 2>(a, items, num_items, stream);
-    default: return launch_prefill_v<HD, 0>(a, items, num_items, stream);
+    case 3: return launch_prefill_v<HD, 0>(a, items, num_items, stream);
+    case 4:
+    case 5:
+    case 6:
+        if (k_prefill_wgmma_runs(a)) return k_prefill_wgmma(a, items, num_items, prefill_variant - 3, stream);
+        return launch_prefill_v<HD, 0>(a, items, num_items, stream);
+    default:
+        if (k_prefill_wgmma_runs(a)) return k_prefill_wgmma(a, items, num_items, 0, stream);
+        return launch_prefill_v<HD, 0>(a, items, num_items, stream);
     }
 }
 

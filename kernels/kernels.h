@@ -145,16 +145,31 @@ cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
 /* Causal attention for query tiles of K_PREFILL_TILE rows: items (num_items, 2) = (sequence, first row
  * offset within it). Row i of sequence b is position seq_len - n_b + i and attends keys
  * 0..position, all read from the paged cache (the new chunk's K/V were written first): this
- * serves prefill and chunked prefill alike. Tensor cores (mma.sync bf16, fp32 accumulate),
- * online softmax. hd in {32, 64, 128}. */
+ * serves prefill and chunked prefill alike. Tensor cores (wgmma on compute capability 9.0 at
+ * hd 128 with a power-of-two block size, mma.sync otherwise; bf16, fp32 accumulate), online
+ * softmax. hd in {32, 64, 128}. */
 cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                 cudaStream_t stream);
 
-/* Which schedule of the prefill kernel later k_prefill_attention launches use: 0 (default) the
- * kernel's, 1..K_PREFILL_VARIANTS the alternatives measured against it in attention.cu (the same
- * function); other values select 0. For benchmarks and tests. */
-#define K_PREFILL_VARIANTS 2
+/* Which kernel later k_prefill_attention launches use: 0 (default) the wgmma kernel
+ * (prefill_wgmma.cu) at hd 128 on a compute capability 9.0 GPU, else attention.cu's mma.sync
+ * kernel; 1..3 the mma.sync kernel's schedules measured against it (3: its default, on every
+ * GPU); 4..6 the wgmma kernel's other schedules (1..3 of k_prefill_wgmma) where it runs;
+ * other values select 0. For benchmarks and tests. */
+#define K_PREFILL_VARIANTS 6
 void k_set_prefill_variant(int variant);
+
+/* The wgmma prefill kernel alone (k_prefill_attention's variant 0 where it runs): schedule 0
+ * is its default, 1..K_PREFILL_WGMMA_SCHEDULES-1 the alternatives prefill_wgmma.cu measured
+ * against it; cudaErrorNotSupported where it cannot run.
+ * k_prefill_wgmma_ok: nonzero on a GPU that runs it (compute capability 9.0);
+ * k_prefill_wgmma_runs: nonzero when it also takes these arguments (hd 128, a power-of-two
+ * block size). */
+cudaError_t k_prefill_wgmma(const k_attn_args *a, const int32_t *items, int32_t num_items,
+                            int schedule, cudaStream_t stream);
+#define K_PREFILL_WGMMA_SCHEDULES 4
+int k_prefill_wgmma_ok(void);
+int k_prefill_wgmma_runs(const k_attn_args *a);
 
 /* One layer's weights and KV cache, as the streamed decode kernel reads them (device array). */
 typedef struct k_layer_w {

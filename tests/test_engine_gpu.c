@@ -616,6 +616,11 @@ static void check_attention(gsl_rng *r, attn_case ac, const int32_t (*seqs)[2], 
         snprintf(what, sizeof what, "attention %s nh=%d nkv=%d hd=%d P=%d (%d dec, %d tiles) prefill variant %d",
                  label, nh, nkv, hd, partition, nd, np, v);
         expect_close_floor(what, gr, c, (int64_t)T * nh * hd, TOL_NORM, TOL_ELEM, 1.0);
+        /* The wgmma kernel's schedules (variants 4-6) differ in who copies what and when, not in
+         * arithmetic: the same bits as the default (variant 0). */
+        if (v >= 4 && k_prefill_wgmma_runs(&a))
+            ck_assert_msg(memcmp(gr, g, 4 * (size_t)T * nh * hd) == 0,
+                          "attention %s: wgmma schedule %d differs from the default schedule", label, v - 3);
         free(gr);
     }
     int32_t zero_check[64];
@@ -647,6 +652,13 @@ END_TEST
 START_TEST(prefill_attention_matches_cpu_in_mixed_batches)
 {
     gsl_rng *r = rng_for("prefill");
+    /* On the H200 the default (variant 0) must be the wgmma kernel, not the fallback. */
+    int dev = 0, major = 0, minor = 0;
+    CK_CUDA(cudaGetDevice(&dev));
+    CK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major == 9 && minor == 0)
+        ck_assert_msg(k_prefill_wgmma_ok(), "compute capability 9.0, but the wgmma prefill kernel cannot run");
     /* chunked prefill after a prefix, one-shot prefill, tiny chunks, decodes, a 65-row tail */
     const int32_t seqs[][2] = {{0, 100}, {37, 64}, {300, 130}, {5, 2}, {0, 1}, {1000, 1}, {64, 65}, {0, 200}};
     for (size_t k = 0; k < ARRAY_LEN(attn_cases); k++)

@@ -328,11 +328,13 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
         /* causal pairs: row i sees ctx + i + 1 keys; 2 matmuls of 2*hd FLOPs per pair */
         double pairs = (double)B * ((double)n * ctx + (double)n * (n + 1) / 2);
         double flops = 4.0 * hd * nh * pairs;
-        for (int v = 0; v <= K_PREFILL_VARIANTS; v++) { /* the kernel, then its alternative schedules */
+        /* the default (wgmma at hd 128 on the H200), then the mma.sync kernel's schedules */
+        static const char *const variant[K_PREFILL_VARIANTS + 1] = {"", ", mma 4x32", ", mma 8x16/32", ", mma 8x16/64", ", wgmma serial", ", wgmma 8 thr/row", ", wgmma 2 thr/row"};
+        for (int v = 0; v <= K_PREFILL_VARIANTS; v++) {
             k_set_prefill_variant(v);
             double t = time_it(do_prefill, &x, 3, 9);
             char lab[64];
-            snprintf(lab, sizeof lab, v ? "%s, variant %d" : "%s", label, v);
+            snprintf(lab, sizeof lab, "%s%s", label, variant[v]);
             row(lab, shape, t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
         }
         k_set_prefill_variant(0);
@@ -617,17 +619,17 @@ static void whole_steps(void)
     }
     persistent = true;
     /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72), with and
-     * without PDL, and with an alternative schedule of the attention kernel. */
+     * without PDL, and with the mma.sync attention kernel. */
     for (int pdl = 1; pdl >= 0; pdl--) {
         if (open_7b(&eng, 2048, 1, S, false, pdl, 8, true)) exit(1);
         s = make_step(&sb, 1, 0, 2048, S, bs, 0);
         t = time_prefill(&eng, s);
         row("STEP prefill 2048 (1 seq)", pdl ? "T=2048, 1-seq engine, PDL" : "T=2048, 1-seq engine, no PDL",
             t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
-        if (pdl) { /* with variant 1 of the attention kernel (4 warps x 32 rows) */
-            k_set_prefill_variant(1);
+        if (pdl) { /* with the mma.sync attention kernel (variant 3) in place of wgmma */
+            k_set_prefill_variant(3);
             t = time_prefill(&eng, s);
-            row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine, PDL, attention variant 1", t, flops,
+            row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine, PDL, mma.sync attention", t, flops,
                 "TFLOP/s", gemm_rate, flops / gemm_rate);
             k_set_prefill_variant(0);
         }
