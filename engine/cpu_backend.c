@@ -5,7 +5,9 @@
  *
  * With cpu_round_bf16 it rounds where the CUDA backend holds bf16: weights, the KV cache, and
  * the inputs of every GEMM (normed activations, attention output, SiLU output); the residual
- * stream, GEMM outputs and all accumulations stay float32 as on the GPU.
+ * stream, GEMM outputs and all accumulations stay float32 as on the GPU. (The GPU's unfused
+ * path, which prefill takes, also stores QKV in bf16 before RoPE; its fused decode path does
+ * not. The twin follows the fused path; the difference is within the tests' bf16 tolerance.)
  */
 #include <stdlib.h>
 #include <string.h>
