@@ -310,9 +310,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *p)
 // 16-byte global -> shared copy; src_bytes 0 fills zeros.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src),
-                 "r"(src_bytes));
+    cp_async16_shared((uint32_t)__cvta_generic_to_shared(dst), src, src_bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait()
@@ -351,13 +349,6 @@ template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (
 // fragments in registers was tried with 8 warps: with two blocks per SM it spills at hd 128, and
 // with one block per SM it ran no faster than the first version (175 and 167 TFLOP/s).
 #define PF_SLACK 8.0f
-
-__device__ __forceinline__ float ex2_approx(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 template <int V> struct pf_variant;
 template <> struct pf_variant<0> { static constexpr int NW = 8, SUB = 64; };

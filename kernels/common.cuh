@@ -75,6 +75,21 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// 2^x in one MUFU op (exp2f without --use_fast_math wraps it in denormal handling); results
+// below 2^-126 flush to zero. For softmax weights rounded to bf16 the difference is invisible.
+__device__ __forceinline__ float ex2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 16-byte global -> shared copy (dst a shared-space address); src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async16_shared(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

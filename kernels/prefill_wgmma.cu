@@ -127,17 +127,6 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-__device__ __forceinline__ float ex2_approx(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 #endif
 
@@ -186,7 +175,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
 #pragma unroll
             for (int j = 0; j < C::CHUNKS; j++) {
                 const int c = C::chunk(tid, j);
-                cp_async16(dst + L::off(r, c), src + c, ok ? 16 : 0);
+                cp_async16_shared(dst + L::off(r, c), src + c, ok ? 16 : 0);
             }
         }
     };
