@@ -127,7 +127,6 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-
 #endif
 
 template <bool PIPE, int TPR>
