@@ -278,11 +278,23 @@ struct ds_ring {
         }
         if (timed) fly_waited += clock64() - c0;
     }
-    // Thread 0, before the block's first __syncthreads: every slot's two mbarriers.
-    __device__ __forceinline__ void init_barriers() const
+    // Every thread, before the block's first __syncthreads: the ring's mbarriers (2 x
+    // DS_MAX_SLOTS at the start of smem; thread 0 initialises them and the slot multiplier), its
+    // ns slots of slot_bytes at smem + slots_off, the per-slot unit ids (s_unit, may be null),
+    // no count, no quiet, no timing.
+    __device__ __forceinline__ void setup(unsigned char *smem, int slots_off, int n, int bytes, int fly, int *s_unit)
     {
-        for (int s = 0; s < ns; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], DS_CWARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        full = reinterpret_cast<uint64_t *>(smem);
+        empty = full + DS_MAX_SLOTS;
+        slots = smem + slots_off;
+        unit = s_unit;
+        set_ns(n);
+        slot_bytes = bytes, k = 0, inflight = fly, quiet = 0;
+        timed = false, waited = fly_waited = 0;
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < ns; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], DS_CWARPS);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
     }
     // This warp is done with unit k's slot (one arrival per consumer warp frees it).
     __device__ __forceinline__ void release()
@@ -1002,21 +1014,14 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     __shared__ int s_unit[DS_MAX_SLOTS];
     __shared__ int s_merge[1];
     ds_ring ring;
-    ring.unit = s_unit;
-    ring.full = reinterpret_cast<uint64_t *>(smem);
-    ring.empty = ring.full + DS_MAX_SLOTS;
-    ring.slots = smem + a.ring_off;
-    ring.set_ns(a.nslots);
-    ring.slot_bytes = a.slot_bytes, ring.k = 0, ring.inflight = a.inflight;
+    ring.setup(smem, a.ring_off, a.nslots, a.slot_bytes, a.inflight, s_unit);
     ring.quiet = a.quiet;
     if (threadIdx.x == 0) set_quiet(0);
     ring.timed = a.trace != nullptr && (threadIdx.x == 0 || threadIdx.x == DS_CTHREADS);
-    ring.waited = ring.fly_waited = 0;
     unsigned char *scratch = smem + a.scratch_off;
     int32_t *toks = reinterpret_cast<int32_t *>(smem + a.toks_off);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-    if (threadIdx.x == 0) ring.init_barriers();
     if (threadIdx.x < M) s_lens[threadIdx.x] = a.seq_lens[threadIdx.x];
     __syncthreads();
     int lens[4] = {0, 0, 0, 0};
@@ -1101,14 +1106,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     ds_ring ring;
-    ring.full = reinterpret_cast<uint64_t *>(smem);
-    ring.empty = ring.full + DS_MAX_SLOTS;
-    ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
-    ring.set_ns(ns);
-    ring.slot_bytes = rows * row_bytes, ring.k = 0, ring.inflight = inflight;
-    ring.quiet = 0;
-    ring.timed = false, ring.waited = ring.fly_waited = 0;
-    if (threadIdx.x == 0) ring.init_barriers();
+    ring.setup(smem, 2 * DS_MAX_SLOTS * 8, ns, rows * row_bytes, inflight, nullptr);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t mine = units > blockIdx.x ? (units - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
@@ -1142,15 +1140,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1)
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_unit[DS_MAX_SLOTS];
     ds_ring ring;
-    ring.unit = s_unit;
-    ring.full = reinterpret_cast<uint64_t *>(smem);
-    ring.empty = ring.full + DS_MAX_SLOTS;
-    ring.slots = smem + 2 * DS_MAX_SLOTS * 8;
-    ring.set_ns(ns);
-    ring.slot_bytes = slot_bytes, ring.k = 0, ring.inflight = 0;
-    ring.quiet = 0;
-    ring.timed = false, ring.waited = ring.fly_waited = 0;
-    if (threadIdx.x == 0) ring.init_barriers();
+    ring.setup(smem, 2 * DS_MAX_SLOTS * 8, ns, slot_bytes, 0, s_unit);
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp == DS_CWARPS) {
