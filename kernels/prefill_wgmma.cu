@@ -405,14 +405,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
 #endif
 }
 
-// The schedules k_prefill_wgmma's `schedule` selects, the default first. H200, causal n = 2048
-// (16:04 UTC): pipelined with 16 threads a key row 0.123 ms, serial 0.119, pipelined with 8
-// threads a row 0.110, with 2 threads a row 0.131 (fewest instructions, but a warp's copy then
-// touches 16 rows 8 KB apart). The default has been measured in the prefill step and in every
-// test as the default; 8 threads a row passed the kernel tests as variant 5 and is the next to
-// make the default, after a step and test run with it there.
+// The schedules k_prefill_wgmma's `schedule` selects, the default first: pipelined with 8
+// threads a key row, the serial schedule with the same copies, then 16 and 2 threads a row.
+// H200, causal n = 2048 (2026-12-03 16:04 UTC, 16 threads a row then the default): 8 threads
+// a row 0.110 ms, 16 threads 0.123 (4 bytes of spills at 255 registers), serial 0.119, 2
+// threads 0.131 (fewest instructions, but a warp's copy then touches 16 rows 8 KB apart).
 static void (*const wgmma_kernels[K_PREFILL_WGMMA_SCHEDULES])(k_attn_args, const int32_t *) = {
-    prefill_wgmma_kernel<true, 16>, prefill_wgmma_kernel<false, 16>, prefill_wgmma_kernel<true, 8>,
+    prefill_wgmma_kernel<true, 8>, prefill_wgmma_kernel<false, 8>, prefill_wgmma_kernel<true, 16>,
     prefill_wgmma_kernel<true, 2>};
 
 // True when this process's GPU runs the kernel: compute capability 9.0 (the sm_90a code) and

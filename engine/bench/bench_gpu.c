@@ -329,7 +329,7 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
         double pairs = (double)B * ((double)n * ctx + (double)n * (n + 1) / 2);
         double flops = 4.0 * hd * nh * pairs;
         /* the default (wgmma at hd 128 on the H200), then the mma.sync kernel's schedules */
-        static const char *const variant[K_PREFILL_VARIANTS + 1] = {"", ", mma 4x32", ", mma 8x16/32", ", mma 8x16/64", ", wgmma serial", ", wgmma 8 thr/row", ", wgmma 2 thr/row"};
+        static const char *const variant[K_PREFILL_VARIANTS + 1] = {"", ", mma 4x32", ", mma 8x16/32", ", mma 8x16/64", ", wgmma serial", ", wgmma 16 thr/row", ", wgmma 2 thr/row"};
         for (int v = 0; v <= K_PREFILL_VARIANTS; v++) {
             k_set_prefill_variant(v);
             double t = time_it(do_prefill, &x, 3, 9);
