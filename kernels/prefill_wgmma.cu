@@ -4,8 +4,8 @@
 // does: 128 query rows of one sequence and one head, keys gathered from the pages, online
 // softmax, the causal mask that also serves chunked prefill), arranged for the tensor-core
 // instructions of sm_90a; mma.sync, which attention.cu uses, peaked at ~210 TFLOP/s here.
-// H200, causal n = 2048, 32 heads (bench_engine_gpu kernels): 0.123 ms (279 TFLOP/s) against
-// 0.161 for the mma.sync kernel; the 2048-token prefill step 48.1 ms against 49.1.
+// H200, causal n = 2048, 32 heads (bench_engine_gpu kernels): 0.112 ms (308 TFLOP/s) against
+// 0.161 for the mma.sync kernel; the 2048-token prefill step 47.7 ms against 49.1.
 //  - Two warpgroups of 64 query rows each, one block an SM (160 KB of shared memory); 128 keys
 //    a tile gathered from the pages by cp.async (every thread copies; no producer warps), K and
 //    V double buffered.
