@@ -4,8 +4,8 @@
 // does: 128 query rows of one sequence and one head, keys gathered from the pages, online
 // softmax, the causal mask that also serves chunked prefill), arranged for the tensor-core
 // instructions of sm_90a; mma.sync, which attention.cu uses, peaked at ~210 TFLOP/s here.
-// H200, causal n = 2048, 32 heads (bench_engine_gpu kernels): 0.112 ms (308 TFLOP/s) against
-// 0.161 for the mma.sync kernel; the 2048-token prefill step 47.7 ms against 49.1.
+// H200, causal n = 2048, 32 heads (bench_engine_gpu kernels): 0.111 ms (309 TFLOP/s) against
+// 0.160 for the mma.sync kernel; the 2048-token prefill step 47.5-47.7 ms against 48.0-49.5.
 //  - Two warpgroups of 64 query rows each, one block an SM (160 KB of shared memory); 128 keys
 //    a tile gathered from the pages by cp.async (every thread copies; no producer warps), K and
 //    V double buffered.
@@ -407,9 +407,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
 
 // The schedules k_prefill_wgmma's `schedule` selects, the default first: pipelined with 8
 // threads a key row, the serial schedule with the same copies, then 16 and 2 threads a row.
-// H200, causal n = 2048 (2026-12-03 16:04 UTC, 16 threads a row then the default): 8 threads
-// a row 0.110 ms, 16 threads 0.123 (4 bytes of spills at 255 registers), serial 0.119, 2
-// threads 0.131 (fewest instructions, but a warp's copy then touches 16 rows 8 KB apart).
+// H200, causal n = 2048 (2026-12-03 17:14 UTC): 8 threads a row 0.111 ms; serial 0.110 (the
+// pipelining does not pay yet: 0.119 against 0.123 with 16 threads a row too); 16 threads
+// 0.120 (4 bytes of spills at 255 registers); 2 threads 0.130 (fewest instructions, but a
+// warp's copy then touches 16 rows 8 KB apart).
 static void (*const wgmma_kernels[K_PREFILL_WGMMA_SCHEDULES])(k_attn_args, const int32_t *) = {
     prefill_wgmma_kernel<true, 8>, prefill_wgmma_kernel<false, 8>, prefill_wgmma_kernel<true, 16>,
     prefill_wgmma_kernel<true, 2>};
