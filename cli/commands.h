@@ -1,15 +1,16 @@
 /*
- * commands.h: the subcommands of `tandem`. Each parses its own options (argv[0] is the
- * command's name) and returns the exit code. Subcommands that live in other modules are
- * declared weak until every module has landed, so a partial tree still links.
+ * commands.h: the subcommands of `tandem` (the table is in cli/main.c). Each parses its own
+ * options with core/options.h (argv[0] is the command's name) and returns the exit code: 0 ok,
+ * 1 a runtime failure (writing outputs, the device), 2 bad flags or bad input.
  */
 #ifndef TANDEM_COMMANDS_H
 #define TANDEM_COMMANDS_H
 
-int sim_main(int argc, char **argv) __attribute__((weak));
-int trace_main(int argc, char **argv) __attribute__((weak));
-int generate_main(int argc, char **argv) __attribute__((weak));
-int sweep_main(int argc, char **argv) __attribute__((weak));
-int run_main(int argc, char **argv) __attribute__((weak));
+int sim_main(int argc, char **argv);
+int run_main(int argc, char **argv);
+int sweep_main(int argc, char **argv);
+int trace_gen_main(int argc, char **argv);
+int trace_stats_main(int argc, char **argv);
+int generate_main(int argc, char **argv);
 
 #endif

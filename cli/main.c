@@ -1,49 +1,86 @@
 /*
- * main.c: the `tandem` command: a table of subcommands, each a function that parses its own
- * options and returns the process exit code (0 ok, 1 runtime failure, 2 bad input or usage).
+ * main.c: the `tandem` command: one table of subcommands, some in a group (`tandem trace gen`).
+ * Each is a function that parses its own options and returns the process exit code (0 ok,
+ * 1 runtime failure, 2 bad input or usage).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/util.h"
 
 typedef struct command {
+    const char *group; /* NULL: a top-level command */
     const char *name;
     int (*main)(int argc, char **argv);
     const char *summary;
 } command;
 
 static const command commands[] = {
-    {"sim", sim_main, "simulate a trace under a scheduling policy with the GPU cost model"},
-    {"run", run_main, "serve a trace on the real engine with the same loop and policy, in real time"},
-    {"sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
-    {"trace", trace_main, "trace tools: `trace gen` writes a synthetic trace, `trace stats` summarises one"},
-    {"generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
+    {NULL, "sim", sim_main, "simulate a trace under a scheduling policy with the GPU cost model"},
+    {NULL, "run", run_main, "serve a trace on the real engine with the same loop and policy, in real time"},
+    {NULL, "sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
+    {"trace", "gen", trace_gen_main, "write a synthetic trace (tandem CSV): Poisson/Gamma arrivals"},
+    {"trace", "stats", trace_stats_main, "summarise a trace: rates, burstiness, lengths, KV capacity, suggested budgets"},
+    {NULL, "generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };
 
-static void usage(FILE *f)
+static bool is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h") || !strcmp(arg, "help"); }
+
+static bool is_group(const char *name)
 {
-    fprintf(f, "usage: tandem COMMAND [OPTIONS]\n\n"
-               "tandem: LLM-serving scheduler research, simulated and on the GPU.\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].main) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`tandem COMMAND --help` lists a command's options with their defaults.\n");
+    for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+        if (commands[i].group && !strcmp(commands[i].group, name)) return true;
+    return false;
+}
+
+/* The commands of `group` (NULL: all of them). */
+static void usage(FILE *f, const char *group)
+{
+    if (group) fprintf(f, "usage: tandem %s SUBCOMMAND [OPTIONS]\n\nsubcommands:\n", group);
+    else fprintf(f, "usage: tandem COMMAND [OPTIONS]\n\n"
+                    "tandem: LLM-serving scheduler research, simulated and on the GPU.\n\ncommands:\n");
+    for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
+        const command *c = &commands[i];
+        if (group && (!c->group || strcmp(c->group, group))) continue;
+        char name[32];
+        snprintf(name, sizeof name, "%s%s%s", group || !c->group ? "" : c->group, group || !c->group ? "" : " ", c->name);
+        fprintf(f, "  %-12s %s\n", name, c->summary);
+    }
+    fprintf(f, "\n`tandem %s%sCOMMAND --help` lists a command's options with their defaults.\n", group ? group : "",
+            group ? " " : "");
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        usage(stderr, NULL);
         return 2;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        usage(stdout);
+    if (is_help(argv[1])) {
+        usage(stdout, NULL);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].main && strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].main(argc - 1, argv + 1);
-    fprintf(stderr, "tandem: unknown command \"%s\"\n\n", argv[1]);
-    usage(stderr);
+    const char *group = is_group(argv[1]) ? argv[1] : NULL;
+    if (group) {
+        if (argc < 3) {
+            usage(stderr, group);
+            return 2;
+        }
+        if (is_help(argv[2])) {
+            usage(stdout, group);
+            return 0;
+        }
+    }
+    const char *name = group ? argv[2] : argv[1];
+    for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
+        const command *c = &commands[i];
+        if ((group ? c->group && !strcmp(c->group, group) : !c->group) && !strcmp(c->name, name))
+            return group ? c->main(argc - 2, argv + 2) : c->main(argc - 1, argv + 1);
+    }
+    if (group) fprintf(stderr, "tandem %s: unknown subcommand \"%s\"\n\n", group, name);
+    else fprintf(stderr, "tandem: unknown command \"%s\"\n\n", name);
+    usage(stderr, group);
     return 2;
 }

@@ -16,59 +16,56 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/sim_options.h"
+#include "cli/serving.h"
 #include "engine/engine_executor.h"
 
 typedef struct run_options {
-    sim_options sim; /* first: the sim table's offsets apply unchanged */
+    serving_options serving;
     char *backend;
     int64_t weight_seed;
     double temperature, top_p;
     bool cuda_graphs;
 } run_options;
 
-#define MAX_SPECS 96
-static opt_spec run_specs[MAX_SPECS];
+#define O(f) offsetof(run_options, f)
+static const opt_spec engine_specs[] = {
+    {"gpu", OPT_STR, O(serving.gpu), "h200", "GPU whose memory sizes the KV cache (cuda backend; listed above)"},
+    {"backend", OPT_STR, O(backend), "cuda", "engine backend: cuda or cpu"},
+    {"weight-seed", OPT_I64, O(weight_seed), "0", "seed of synthetic weights (--model synthetic:NAME)"},
+    {"temperature", OPT_F64, O(temperature), "0", "sampling temperature (0: greedy)"},
+    {"top-p", OPT_F64, O(top_p), "1", "nucleus sampling"},
+    {"cuda-graphs", OPT_BOOL, O(cuda_graphs), "true", "replay decode steps from CUDA graphs"},
+    OPT_END,
+};
+#undef O
 
-/* sim's table minus what only a cost model uses, plus the engine's options. */
+/* The serving table minus what only a cost model uses, plus the engine's options. */
 static const opt_spec *run_option_specs(void)
 {
-    if (run_specs[0].name) return run_specs;
-    static const char *const skip[] = {"cost-model", "gpu"};
-    int n = 0;
-    for (const opt_spec *s = sim_option_specs; s->name && n < MAX_SPECS - 8; s++) {
-        bool keep = true;
-        for (size_t k = 0; k < ARRAY_LEN(skip); k++) keep &= strcmp(s->name, skip[k]) != 0;
-        if (keep) run_specs[n++] = *s;
+    static opt_spec *table;
+    static size_t n;
+    static const char *const skip[] = {"cost-model", "gpu", NULL};
+    if (!table) {
+        opts_join(&table, &n, serving_option_specs(), offsetof(run_options, serving), skip);
+        opts_join(&table, &n, engine_specs, 0, NULL);
     }
-    run_specs[n++] = (opt_spec){"gpu", OPT_STR, offsetof(run_options, sim.gpu), "h200",
-                                "GPU whose memory sizes the KV cache (cuda backend)"};
-    run_specs[n++] = (opt_spec){"backend", OPT_STR, offsetof(run_options, backend), "cuda", "engine backend: cuda or cpu"};
-    run_specs[n++] = (opt_spec){"weight-seed", OPT_I64, offsetof(run_options, weight_seed), "0",
-                                "seed of synthetic weights (--model synthetic:NAME)"};
-    run_specs[n++] = (opt_spec){"temperature", OPT_F64, offsetof(run_options, temperature), "0",
-                                "sampling temperature (0: greedy)"};
-    run_specs[n++] = (opt_spec){"top-p", OPT_F64, offsetof(run_options, top_p), "1", "nucleus sampling"};
-    run_specs[n++] = (opt_spec){"cuda-graphs", OPT_BOOL, offsetof(run_options, cuda_graphs), "true",
-                                "replay decode steps from CUDA graphs"};
-    run_specs[n] = (opt_spec)OPT_END;
-    return run_specs;
+    return table;
 }
-
-static const char *usage =
-    "usage: tandem run --trace FILE --model DIR|synthetic:NAME [--backend cuda|cpu] [--out DIR] [options]\n\n"
-    "Serves a trace on the real engine with the same serving loop and scheduling policy as\n"
-    "`tandem sim`, in real time, and writes the same outputs (requests.csv, steps.csv,\n"
-    "summary.json) with measured step times.";
 
 int run_main(int argc, char **argv)
 {
     const opt_spec *specs = run_option_specs();
     run_options o = {0};
-    sim_options_defaults(&o.sim); /* the sim options run leaves out keep their defaults */
+    serving_options_defaults(&o.serving); /* the options run leaves out keep their defaults */
     opts_defaults(specs, &o);
     terr e = {{0}};
-    int code = 2, rc = opts_parse(specs, &o, argc, argv, sim_positional, usage, &e);
+    char *usage = serving_usage(
+        "usage: tandem run --trace FILE --model DIR|synthetic:NAME [--backend cuda|cpu] [--out DIR] [options]\n\n"
+        "Serves a trace on the real engine with the same serving loop and scheduling policy as\n"
+        "`tandem sim`, in real time, and writes the same outputs (requests.csv, steps.csv,\n"
+        "summary.json) with measured step times.");
+    int code = 2, rc = opts_parse(specs, &o, argc, argv, serving_positional, usage, &e);
+    free(usage);
     engine eng = {0};
     bool opened = false;
     executor ex = {0};
@@ -76,8 +73,8 @@ int run_main(int argc, char **argv)
         code = 0;
         goto done;
     }
-    sim_setup su;
-    if (rc || sim_resolve(&o.sim, &su, &e)) goto fail;
+    serving_setup su;
+    if (rc || serving_resolve(&o.serving, &su, &e)) goto fail;
     if (su.sched.preemption_mode == PREEMPT_SWAP) {
         terr_set(&e, "--preemption-mode swap: the engine cannot swap KV blocks to host memory yet");
         goto fail;
@@ -88,7 +85,7 @@ int run_main(int argc, char **argv)
     }
     engine_opts eo;
     engine_opts_default(&eo);
-    eo.model = o.sim.model;
+    eo.model = o.serving.model;
     eo.backend = o.backend;
     eo.weight_seed = (uint64_t)o.weight_seed;
     eo.block_size = su.sched.block_size;
@@ -98,7 +95,7 @@ int run_main(int argc, char **argv)
     eo.cuda_graphs = o.cuda_graphs;
     /* the GPU gets what vLLM's memory accounting gives; the CPU reference what the batch needs */
     bool cpu = strcmp(o.backend, "cpu") == 0;
-    eo.num_blocks = o.sim.num_gpu_blocks_override ? (int32_t)o.sim.num_gpu_blocks_override
+    eo.num_blocks = o.serving.num_gpu_blocks_override ? (int32_t)o.serving.num_gpu_blocks_override
                     : cpu                         ? 0
                                                   : (int32_t)su.kv.num_blocks;
     int erc = engine_open(&eng, &eo, &e);
@@ -108,13 +105,13 @@ int run_main(int argc, char **argv)
     }
     opened = true;
     su.kv.num_blocks = eng.opts.num_blocks;
-    if (engine_executor_create(&ex, &eng, o.temperature, o.top_p, (uint64_t)o.sim.seed, &e)) goto fail;
+    if (engine_executor_create(&ex, &eng, o.temperature, o.top_p, (uint64_t)o.serving.seed, &e)) goto fail;
     tclock clock;
     tclock_init_wall(&clock);
     metrics_summary sum;
-    code = sim_replay(&o.sim, &su, ex, &clock, &sum, &e);
+    code = serving_replay(&o.serving, &su, ex, &clock, &sum, &e);
     if (code) goto fail;
-    if (!o.sim.quiet) {
+    if (!o.serving.quiet) {
         char what[96];
         snprintf(what, sizeof what, "measured, %s engine", eng.ops->name);
         metrics_print_summary(&sum, what, stdout);
@@ -126,6 +123,6 @@ done:
     if (ex.ops) ex.ops->destroy(ex.self);
     if (opened) engine_close(&eng);
     opts_free(specs, &o);
-    sim_options_free(&o.sim);
+    serving_options_free(&o.serving);
     return code;
 }

@@ -28,7 +28,7 @@
 #endif
 
 #include "cli/commands.h"
-#include "cli/sim_options.h"
+#include "cli/serving.h"
 #include "cli/sweep.h"
 #include "traces/trace.h"
 
@@ -83,15 +83,15 @@ static void metrics_row(char *buf, size_t n, const metrics_summary *s)
 }
 
 /* The sim options of point `index`. */
-static int point_options(const sweep_spec *spec, int64_t index, sim_options *o, terr *e)
+static int point_options(const sweep_spec *spec, int64_t index, serving_options *o, terr *e)
 {
     const char **vals = xmalloc((size_t)spec->num_params * sizeof *vals);
     sweep_point_values(spec, index, vals);
-    *o = (sim_options){0};
-    sim_options_defaults(o);
+    *o = (serving_options){0};
+    serving_options_defaults(o);
     int rc = 0;
     for (int p = 0; p < spec->num_params && rc == 0; p++)
-        rc = opts_set(sim_option_specs, o, spec->params[p].name, vals[p], e);
+        rc = opts_set(serving_option_specs(), o, spec->params[p].name, vals[p], e);
     free(vals);
     return rc;
 }
@@ -113,18 +113,18 @@ static void describe_point(const sweep_spec *spec, int64_t index, char *buf, siz
 static int check_points(const sweep_spec *spec, terr *e)
 {
     for (int64_t i = 0; i < spec->num_points; i++) {
-        sim_options o;
-        sim_setup su;
+        serving_options o;
+        serving_setup su;
         terr pe;
         int rc = point_options(spec, i, &o, &pe);
-        if (rc == 0) rc = sim_resolve(&o, &su, &pe);
+        if (rc == 0) rc = serving_resolve(&o, &su, &pe);
         if (rc == 0) {
             trace_reader *tr;
             trace_options to = {.time_scale = o.time_scale, .max_requests = o.max_requests, .skip_bad_rows = o.skip_bad_rows};
             rc = trace_open(&tr, o.trace, &to, &pe);
             if (rc == 0) trace_close(tr);
         }
-        sim_options_free(&o);
+        serving_options_free(&o);
         if (rc) {
             char what[1024];
             describe_point(spec, i, what, sizeof what);
@@ -197,8 +197,8 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
     snprintf(tmp, sizeof tmp, "%s/points/.tmp-%s-%d", so->out, id, (int)getpid());
     if (mkdir_p(tmp)) return -1;
 
-    sim_options o;
-    sim_setup su;
+    serving_options o;
+    serving_setup su;
     terr e = {{0}};
     char row[2048];
     int rc = point_options(spec, index, &o, &e);
@@ -208,11 +208,11 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
         o.quiet = true;
         o.requests = so->keep_requests;
         o.steps = so->keep_steps;
-        rc = sim_resolve(&o, &su, &e);
+        rc = serving_resolve(&o, &su, &e);
     }
     metrics_summary sum;
-    if (rc == 0) rc = sim_run(&o, &su, &sum, &e);
-    sim_options_free(&o);
+    if (rc == 0) rc = serving_simulate(&o, &su, &sum, &e);
+    serving_options_free(&o);
     if (rc == 0) metrics_row(row, sizeof row, &sum);
     else {
         snprintf(row, sizeof row, "error");

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "cli/sim_options.h"
+#include "cli/serving.h"
 
 /* Options the sweep itself sets for every point. */
 static const char *const reserved[] = {"out", "quiet"};
@@ -93,8 +93,8 @@ static int parse_values(sweep_param *p, char *rhs, const char *origin, int line,
 int sweep_spec_parse(sweep_spec *s, const char *text, const char *origin, terr *e)
 {
     *s = (sweep_spec){.origin = xstrdup(origin)};
-    sim_options scratch = {0};
-    sim_options_defaults(&scratch);
+    serving_options scratch = {0};
+    serving_options_defaults(&scratch);
     int rc = -1, line = 0;
     const char *p = text;
     while (*p) {
@@ -133,7 +133,7 @@ int sweep_spec_parse(sweep_spec *s, const char *text, const char *origin, terr *
         *eq = 0;
         char *key = trim(body);
         while (*key == '-') key++; /* tolerate --max-num-seqs */
-        const opt_spec *spec = opts_find(sim_option_specs, key);
+        const opt_spec *spec = opts_find(serving_option_specs(), key);
         if (!spec) {
             terr_set(e, "%s:%d: unknown option \"%s\" (keys are `tandem sim` flags without dashes; see tandem sim --help)",
                      origin, line, key);
@@ -163,7 +163,7 @@ int sweep_spec_parse(sweep_spec *s, const char *text, const char *origin, terr *
         }
         for (int i = 0; i < prm->num_values; i++) {
             terr te;
-            if (opts_set(sim_option_specs, &scratch, key, prm->values[i], &te)) {
+            if (opts_set(serving_option_specs(), &scratch, key, prm->values[i], &te)) {
                 terr_set(e, "%s:%d: %s", origin, line, te.msg);
                 free(raw);
                 goto out;
@@ -191,7 +191,7 @@ int sweep_spec_parse(sweep_spec *s, const char *text, const char *origin, terr *
     }
     rc = 0;
 out:
-    sim_options_free(&scratch);
+    serving_options_free(&scratch);
     if (rc) sweep_spec_free(s);
     return rc;
 }

@@ -16,14 +16,14 @@ void tclock_init_sim(tclock *c)
     *c = (tclock){.now = sim_now, .advance = sim_advance, .wait_until = sim_wait_until};
 }
 
-static int64_t mono_ns(void)
+int64_t clock_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int64_t wall_now(tclock *c) { return mono_ns() - c->wall_origin_ns; }
+static int64_t wall_now(tclock *c) { return clock_mono_ns() - c->wall_origin_ns; }
 static void wall_advance(tclock *c, int64_t d) { (void)c, (void)d; }
 static void wall_wait_until(tclock *c, int64_t t)
 {
@@ -36,5 +36,5 @@ static void wall_wait_until(tclock *c, int64_t t)
 void tclock_init_wall(tclock *c)
 {
     *c = (tclock){.now = wall_now, .advance = wall_advance, .wait_until = wall_wait_until};
-    c->wall_origin_ns = mono_ns();
+    c->wall_origin_ns = clock_mono_ns();
 }

@@ -23,4 +23,7 @@ struct tclock {
 void tclock_init_sim(tclock *c);
 void tclock_init_wall(tclock *c);
 
+/* CLOCK_MONOTONIC in ns: every measured duration in tandem reads it. */
+int64_t clock_mono_ns(void);
+
 #endif

@@ -24,6 +24,12 @@
 
 #include "request.h"
 
+/* Tokens per KV block unless a flag says otherwise (vLLM's default), as a number and as the
+ * text an option table's default needs. */
+#define KV_DEFAULT_BLOCK_SIZE 16
+#define KV_DEFAULT_BLOCK_SIZE_STR "16"
+_Static_assert(KV_DEFAULT_BLOCK_SIZE == 16, "KV_DEFAULT_BLOCK_SIZE_STR must spell KV_DEFAULT_BLOCK_SIZE");
+
 typedef struct kv_manager {
     int32_t num_blocks;
     int32_t block_size;      /* tokens per block */

@@ -38,6 +38,10 @@ typedef struct model_config {
     int32_t bos_token_id, eos_token_id;
 } model_config;
 
+/* Bytes per element as tandem serves every model: bf16 weights and a bf16 KV cache. */
+#define WEIGHT_DTYPE_BYTES 2
+#define KV_DTYPE_BYTES 2
+
 /* One shipped config, embedded at build time (see the Makefile). */
 struct model_config_file {
     const char *name;

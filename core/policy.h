@@ -19,12 +19,13 @@
 
 #include "batch.h"
 #include "kv.h"
+#include "options.h"
 #include "request.h"
 
 typedef enum preemption_mode { PREEMPT_RECOMPUTE, PREEMPT_SWAP } preemption_mode;
 
-/* Scheduler knobs, with vLLM's names. One flat struct so every knob is a `sim` flag and a
- * sweep dimension. */
+/* The scheduler's knobs that every policy reads, with vLLM's names. A policy's own knobs (sarathi's
+ * chunk size, orca's reservation, ...) are its own: policy_ops.knobs. */
 typedef struct sched_config {
     int32_t max_num_seqs;           /* running requests at most */
     int32_t max_num_batched_tokens; /* tokens computed per step at most */
@@ -35,9 +36,6 @@ typedef struct sched_config {
     bool reserve_full_isl;          /* admission needs blocks for the whole current sequence */
     preemption_mode preemption_mode;
     bool enable_prefix_caching;
-    int32_t chunk_size;             /* sarathi: prefill chunk per step */
-    double length_predictor_error;  /* sjf/srpt: relative error of predicted output lengths */
-    bool orca_reserve_exact;        /* orca: reserve prompt + max output instead of max_model_len */
 } sched_config;
 
 typedef struct sched_env sched_env;
@@ -48,6 +46,7 @@ struct sched_env {
     kv_manager *kv;        /* GPU KV blocks */
     kv_manager *swap;      /* host swap blocks, or NULL when there is no swap space */
     gsl_rng *rng;          /* seeded; the only source of randomness a policy may use */
+    const void *knobs;     /* the policy's own knobs (policy_ops.knobs' struct), or NULL if it has none */
     int64_t now_ns;        /* start of the step being scheduled */
     int64_t kv_tokens;     /* tokens whose KV is on the GPU, summed over requests (shared prefix
                               blocks count once per request): kept by the loop and sched.c */
@@ -59,6 +58,13 @@ struct sched_env {
 typedef struct policy_ops {
     const char *name;
     const char *summary; /* one line, for --help and the list of valid names */
+    /* The policy's own knobs: options whose offsets point into a struct of knobs_size bytes,
+     * which create() finds at env->knobs. Policies with the same knobs share one table (sjf and
+     * srpt), so a flag means one thing. NULL: none. knobs_check (optional) refuses bad values,
+     * naming the flag. */
+    const opt_spec *knobs;
+    size_t knobs_size;
+    int (*knobs_check)(const void *knobs, terr *e);
     void *(*create)(sched_env *env);
     void (*destroy)(void *self);
     /* A request arrived (already checked against max_model_len and KV capacity). Returns

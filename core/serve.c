@@ -183,11 +183,18 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
     if (cfg->num_host_blocks > 0) kv_init(&L.swap, cfg->num_host_blocks, cfg->sched.block_size, false);
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_rng_set(rng, cfg->seed);
+    void *default_knobs = NULL;
+    const void *knobs = cfg->policy_knobs;
+    if (!knobs && cfg->policy->knobs) {
+        knobs = default_knobs = xcalloc(1, cfg->policy->knobs_size);
+        opts_defaults(cfg->policy->knobs, default_knobs);
+    }
     L.env = (sched_env){
         .cfg = &cfg->sched,
         .kv = &L.kv,
         .swap = cfg->num_host_blocks > 0 ? &L.swap : NULL,
         .rng = rng,
+        .knobs = knobs,
         .reject = reject_live,
         .loop = &L,
     };
@@ -337,5 +344,9 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
     kv_destroy(&L.kv);
     if (cfg->num_host_blocks > 0) kv_destroy(&L.swap);
     gsl_rng_free(rng);
+    if (default_knobs) {
+        opts_free(cfg->policy->knobs, default_knobs);
+        free(default_knobs);
+    }
     return rc;
 }

@@ -34,6 +34,7 @@
 typedef struct serve_config {
     sched_config sched;
     const policy_ops *policy;
+    const void *policy_knobs; /* the policy's knobs struct (policy_ops.knobs); NULL: its defaults */
     int32_t num_gpu_blocks;
     int32_t num_host_blocks; /* swap space in blocks; 0 = none */
     uint64_t seed;

@@ -9,6 +9,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+int terr_unknown(terr *e, const char *flag, const char *what, const char *name, void (*list)(FILE *f))
+{
+    char *names = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&names, &len);
+    if (!f) abort();
+    list(f);
+    fclose(f);
+    terr_set(e, "--%s: unknown %s \"%s\"; valid:\n%s", flag, what, name, names);
+    free(names);
+    return -1;
+}
+
 int terr_set(terr *e, const char *fmt, ...)
 {
     if (e) {

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct terr {
     char msg[2048];
@@ -20,6 +21,10 @@ typedef struct terr {
 /* Writes a printf-style message into e (if e is not NULL); returns -1 so callers can
  * `return terr_set(e, ...)`. */
 int terr_set(terr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The error for a name that is not in a registry: `--FLAG: unknown WHAT "NAME"; valid:` and the
+ * registry's own listing (list prints "  name  summary" lines). Returns -1. */
+int terr_unknown(terr *e, const char *flag, const char *what, const char *name, void (*list)(FILE *f));
 
 /* Allocation that cannot fail silently: on exhaustion prints file:line and aborts. Memory
  * exhaustion is not an input error a caller could recover from. */

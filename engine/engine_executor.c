@@ -1,10 +1,11 @@
 /* engine_executor.c: see engine_executor.h. */
 #include "engine/engine_executor.h"
 
+#include "core/clock.h"
+
 #include <gsl/gsl_rng.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct engine_exec {
     engine *eng;
@@ -21,13 +22,6 @@ typedef struct engine_exec {
     int32_t *sampled;                        /* (max_seqs) per batch item, for the loop */
 } engine_exec;
 
-static int64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static int exec_step(void *self, const batch *b, step_result *out, terr *e)
 {
     engine_exec *x = self;
@@ -40,7 +34,7 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
     if (b->num_items > o->max_seqs || b->num_tokens > o->max_tokens)
         return terr_set(e, "a step of %d requests / %lld tokens exceeds the engine's %d / %d", b->num_items,
                         (long long)b->num_tokens, o->max_seqs, o->max_tokens);
-    int64_t t0 = mono_ns();
+    int64_t t0 = clock_mono_ns();
     int32_t bs = o->block_size, stride = eng->max_blocks_per_seq, T = 0, N = 0;
     for (int32_t i = 0; i < b->num_items; i++) {
         const sched_item *it = &b->items[i];
@@ -85,7 +79,7 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
     }
     if (engine_sync(eng, e)) return -1;
     for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
-    out->duration_ns = mono_ns() - t0;
+    out->duration_ns = clock_mono_ns() - t0;
     if (out->duration_ns <= 0) out->duration_ns = 1;
     out->sampled = x->sampled;
     return 0;

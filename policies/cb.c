@@ -80,7 +80,7 @@ static int64_t step_budget(const cb_state *s)
 {
     const sched_config *cfg = s->env->cfg;
     int64_t budget = cfg->max_num_batched_tokens;
-    if (s->v->use_chunk_size && cfg->chunk_size < budget) budget = cfg->chunk_size;
+    if (s->chunk_size > 0 && s->chunk_size < budget) budget = s->chunk_size;
     return budget;
 }
 

@@ -38,7 +38,6 @@ typedef struct cb_variant {
      * preempting every less important request would not free them. */
     request *(*displace)(cb_state *s, const request *cand, int32_t need_blocks);
     bool decodes_first;       /* running pass: decodes, then prefill chunks (sarathi) */
-    bool use_chunk_size;      /* per-step budget = min(chunk_size, max_num_batched_tokens) */
     bool always_chunk;        /* prompts are chunked whatever --enable-chunked-prefill says */
     reject_reason (*on_arrival)(cb_state *s, request *r); /* optional; before wait_push */
     void (*on_step_done)(cb_state *s, const batch *b);    /* optional */
@@ -52,6 +51,7 @@ struct cb_state {
     req_queue fifo;     /* stock FIFO waiting queue */
     req_heap heap;      /* stock ordered waiting queue */
     int32_t num_waiting;
+    int64_t chunk_size; /* > 0: the per-step token budget is min(chunk_size, max_num_batched_tokens) */
     void *ext;          /* the variant's own state */
 };
 
@@ -86,12 +86,14 @@ request *cb_running_max(cb_state *s, req_cmp_fn cmp);
 request *cb_displace_least_important(cb_state *s, const request *cand, int32_t need_blocks, req_cmp_fn order,
                                      bool (*less_important)(const request *r, const request *cand));
 
-/* The policy_ops of a cb variant: only the name, summary and create function differ. */
-#define CB_POLICY_OPS(NAME, SUMMARY, CREATE, DESTROY)                                            \
+/* The policy_ops of a cb variant: only the name, summary and create function differ, and the
+ * knobs, given as further designated initializers (`.knobs = ..., .knobs_size = ...`). */
+#define CB_POLICY_OPS(NAME, SUMMARY, CREATE, DESTROY, ...)                                       \
     {                                                                                            \
         .name = NAME, .summary = SUMMARY, .create = CREATE, .destroy = DESTROY,                  \
         .add_request = cb_add_request, .schedule = cb_schedule, .remove_request = cb_remove_request, \
         .step_done = cb_step_done, .num_running = cb_num_running, .num_waiting = cb_num_waiting, \
+        __VA_ARGS__                                                                              \
     }
 
 #endif

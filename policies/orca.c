@@ -20,20 +20,41 @@
  * the engine do for every policy.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/req_queue.h"
 #include "core/sched.h"
 #include "core/util.h"
 #include "policies.h"
 
+typedef struct orca_knobs {
+    char *orca_reserve; /* "max" or "exact" */
+} orca_knobs;
+
+static const opt_spec orca_knob_specs[] = {
+    {"orca-reserve", OPT_STR, offsetof(orca_knobs, orca_reserve), "max",
+     "orca: reserve KV for max (max_model_len) or exact (prompt + max output)"},
+    OPT_END,
+};
+
+static int orca_check(const void *knobs, terr *e)
+{
+    const char *v = ((const orca_knobs *)knobs)->orca_reserve;
+    if (!v || (strcmp(v, "max") && strcmp(v, "exact")))
+        return terr_set(e, "--orca-reserve: \"%s\" is not max or exact", v ? v : "");
+    return 0;
+}
+
 typedef struct orca_state {
     sched_env *env;
+    bool reserve_exact; /* prompt + max output instead of max_model_len */
     req_queue waiting, running;
 } orca_state;
 
-static int64_t reservation(const sched_config *cfg, const request *r)
+static int64_t reservation(const orca_state *s, const request *r)
 {
-    if (!cfg->orca_reserve_exact) return cfg->max_model_len - 1;
+    const sched_config *cfg = s->env->cfg;
+    if (!s->reserve_exact) return cfg->max_model_len - 1;
     return min_i64((int64_t)r->prompt_tokens + r->max_output_tokens, cfg->max_model_len) - 1;
 }
 
@@ -41,6 +62,7 @@ static void *orca_create(sched_env *env)
 {
     orca_state *s = xcalloc(1, sizeof *s);
     s->env = env;
+    s->reserve_exact = !strcmp(((const orca_knobs *)env->knobs)->orca_reserve, "exact");
     return s;
 }
 
@@ -49,7 +71,7 @@ static void orca_destroy(void *self) { free(self); }
 static reject_reason orca_add(void *self, request *r)
 {
     orca_state *s = self;
-    if (kv_blocks_for_tokens(s->env->kv, reservation(s->env->cfg, r)) > s->env->kv->num_blocks)
+    if (kv_blocks_for_tokens(s->env->kv, reservation(s, r)) > s->env->kv->num_blocks)
         return REJECT_KV_CAPACITY;
     if (r->prompt_tokens > s->env->cfg->max_num_batched_tokens) /* Orca does not chunk prompts */
         return REJECT_BATCH_TOKENS;
@@ -77,7 +99,7 @@ static void orca_schedule(void *self, batch *b)
     while ((r = s->waiting.head) && budget > 0 && s->running.len < env->cfg->max_num_seqs) {
         int64_t n = r->prompt_tokens;
         if (n > budget) break;
-        if (!kv_allocate_slots(env->kv, r, reservation(env->cfg, r))) break;
+        if (!kv_allocate_slots(env->kv, r, reservation(s, r))) break;
         rq_pop_front(&s->waiting);
         rq_push_back(&s->running, r);
         sched_mark_running(env, r);
@@ -99,4 +121,7 @@ const policy_ops policy_orca = {
     .remove_request = orca_remove,
     .num_running = orca_num_running,
     .num_waiting = orca_num_waiting,
+    .knobs = orca_knob_specs,
+    .knobs_size = sizeof(orca_knobs),
+    .knobs_check = orca_check,
 };

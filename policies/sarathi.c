@@ -25,13 +25,35 @@ static const cb_variant sarathi_variant = {
     .wait_peek = cb_fifo_peek,
     .wait_remove = cb_fifo_remove,
     .decodes_first = true,
-    .use_chunk_size = true,
     .always_chunk = true,
 };
 
-static void *sarathi_create(sched_env *env) { return cb_create(env, &sarathi_variant, NULL); }
+typedef struct sarathi_knobs {
+    int64_t chunk_size; /* prefill + decode tokens per step, at most */
+} sarathi_knobs;
+
+static const opt_spec sarathi_knob_specs[] = {
+    {"chunk-size", OPT_I64, offsetof(sarathi_knobs, chunk_size), "512", "sarathi: prefill tokens per step"},
+    OPT_END,
+};
+
+static int sarathi_check(const void *knobs, terr *e)
+{
+    const sarathi_knobs *k = knobs;
+    if (k->chunk_size < 1 || k->chunk_size > 1 << 24)
+        return terr_set(e, "--chunk-size: %lld is out of range [1, %d]", (long long)k->chunk_size, 1 << 24);
+    return 0;
+}
+
+static void *sarathi_create(sched_env *env)
+{
+    cb_state *s = cb_create(env, &sarathi_variant, NULL);
+    s->chunk_size = ((const sarathi_knobs *)env->knobs)->chunk_size;
+    return s;
+}
 
 const policy_ops policy_sarathi =
     CB_POLICY_OPS("sarathi",
                   "Sarathi-Serve stall-free batching: decodes first, then prefill chunks, --chunk-size tokens a step",
-                  sarathi_create, cb_destroy);
+                  sarathi_create, cb_destroy, .knobs = sarathi_knob_specs, .knobs_size = sizeof(sarathi_knobs),
+                  .knobs_check = sarathi_check);

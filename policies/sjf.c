@@ -43,9 +43,27 @@ static int cmp_remaining(const request *a, const request *b)
     return req_cmp_fcfs(a, b);
 }
 
+/* Both policies' knob: how wrong the length predictions are. */
+typedef struct sjf_knobs {
+    double length_predictor_error; /* sigma of ln(predicted / true output length) */
+} sjf_knobs;
+
+static const opt_spec sjf_knob_specs[] = {
+    {"length-predictor-error", OPT_F64, offsetof(sjf_knobs, length_predictor_error), "0",
+     "sjf/srpt: relative error of predicted output lengths"},
+    OPT_END,
+};
+
+static int sjf_check(const void *knobs, terr *e)
+{
+    double err = ((const sjf_knobs *)knobs)->length_predictor_error;
+    if (!(err >= 0)) return terr_set(e, "--length-predictor-error: %g must be >= 0", err);
+    return 0;
+}
+
 static reject_reason predict(cb_state *s, request *r)
 {
-    double err = s->env->cfg->length_predictor_error, pred = r->max_output_tokens;
+    double err = ((const sjf_knobs *)s->env->knobs)->length_predictor_error, pred = r->max_output_tokens;
     if (err > 0) pred = fmax(1.0, round(pred * exp(err * gsl_ran_gaussian(s->env->rng, 1.0))));
     r->policy_key = pred;
     return REJECT_NONE;
@@ -88,9 +106,11 @@ static void *srpt_create(sched_env *env) { return cb_create(env, &srpt_variant, 
 const policy_ops policy_sjf =
     CB_POLICY_OPS("sjf",
                   "shortest (predicted) job first, non-preemptive admission order",
-                  sjf_create, cb_destroy);
+                  sjf_create, cb_destroy, .knobs = sjf_knob_specs, .knobs_size = sizeof(sjf_knobs),
+                  .knobs_check = sjf_check);
 
 const policy_ops policy_srpt =
     CB_POLICY_OPS("srpt",
                   "shortest (predicted) remaining output first, preempting requests with more work left",
-                  srpt_create, cb_destroy);
+                  srpt_create, cb_destroy, .knobs = sjf_knob_specs, .knobs_size = sizeof(sjf_knobs),
+                  .knobs_check = sjf_check);

@@ -29,7 +29,7 @@ void cost_model_list(FILE *f)
 
 cost_model_opts cost_model_opts_default(void)
 {
-    return (cost_model_opts){.block_size = 16, .kv_dtype_bytes = KV_DTYPE_BYTES};
+    return (cost_model_opts){.block_size = KV_DEFAULT_BLOCK_SIZE, .kv_dtype_bytes = KV_DTYPE_BYTES};
 }
 
 void cost_breakdown_print(const cost_breakdown *bd, FILE *f)

@@ -18,7 +18,8 @@
  */
 #include <string.h>
 
-#include "sim/costmodel.h"
+#include "core/util.h"
+#include "sim/gpu.h"
 
 #define MIB (1024LL * 1024LL)
 
@@ -28,6 +29,22 @@
 #define COPY_RATIO (4.28e12 / H200_PEAK_BW)
 #define WEIGHT_STREAM_RATIO (3.46e12 / H200_PEAK_BW)
 #define GEMM_RATIO (780e12 / H200_PEAK_FLOPS)
+
+/* The roofline model's constants, fitted on the H200 (docs/costmodel.md, "Calibration"; the
+ * probe is sim/calib/roofline_probe.cu). The other GPUs were not measured: they take the
+ * H200's until a probe run on them gives their own. */
+#define H200_ROOFLINE                                                                          \
+    {                                                                                          \
+        .gemm_eff_max = 1.00,           /* fitted to cuBLAS on Llama-2-7B's shapes: within */  \
+        .gemm_half_tokens = 64.0,       /*   8% for 256 <= T <= 4096 */                         \
+        .attn_prefill_flops_eff = 0.50, /* FlashAttention-2 class: ~390 TFLOP/s */              \
+        .attn_mem_eff = 0.80,           /* paged/flash decode kernels: ~3.4 TB/s */             \
+        .elementwise_mem_eff = 0.90,    /* simple streaming kernels: close to a copy */         \
+        .kernel_min_ns = 2000,          /* in a graph: empty 0.7, SiLU 1.2, 1-row norm 4.6 us */ \
+        .launch_ns = 5400,              /* back-to-back launches without a graph */             \
+        .step_overhead_ns = 300000,     /* scheduling, input prep, sync: assumed */             \
+        .item_overhead_ns = 1000,       /* block-table rows, positions, slot mapping */         \
+    }
 
 static const gpu_spec gpus[] = {
     {
@@ -40,6 +57,7 @@ static const gpu_spec gpus[] = {
         .weight_stream_bytes_s = 3.46e12,
         .peak_mem_bw_bytes_s = H200_PEAK_BW,
         .peak_bf16_flops = H200_PEAK_FLOPS,
+        .roofline = H200_ROOFLINE,
         .source = "measured on this project's H200: D2D copy 4.28 TB/s (read+write), cuBLAS "
                   "bf16 GEMM ~780 TFLOP/s, batch-1 4096x11008 GEMM weights at 3.46 TB/s, "
                   "nvidia-smi 143771 MiB; host link PCIe Gen5 x16 ~55 GB/s achieved (assumed)",
@@ -54,6 +72,7 @@ static const gpu_spec gpus[] = {
         .weight_stream_bytes_s = 3.35e12 * WEIGHT_STREAM_RATIO,
         .peak_mem_bw_bytes_s = 3.35e12,
         .peak_bf16_flops = 989.4e12,
+        .roofline = H200_ROOFLINE,
         .source = "datasheet (3.35 TB/s, 989.4 TFLOP/s) scaled by the H200's measured "
                   "achieved/peak ratios (copy 0.892, weight streaming 0.721, GEMM 0.788); "
                   "81559 MiB as nvidia-smi reports; PCIe Gen5 x16 ~55 GB/s (assumed)",
@@ -68,6 +87,7 @@ static const gpu_spec gpus[] = {
         .weight_stream_bytes_s = 2.039e12 * WEIGHT_STREAM_RATIO,
         .peak_mem_bw_bytes_s = 2.039e12,
         .peak_bf16_flops = 312e12,
+        .roofline = H200_ROOFLINE,
         .source = "datasheet (2.039 TB/s, 312 TFLOP/s) scaled by the H200's measured "
                   "achieved/peak ratios (copy 0.892, weight streaming 0.721, GEMM 0.788); "
                   "81920 MiB as nvidia-smi reports; PCIe Gen4 x16 ~25 GB/s (assumed)",

@@ -27,7 +27,7 @@
  */
 #include <math.h>
 
-#include "sim/costmodel.h"
+#include "sim/kv_capacity.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MIB (1024.0 * 1024.0)

@@ -24,22 +24,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* The defaults, in one place. Sources and reasoning: docs/costmodel.md. */
-roofline_params roofline_params_default(void)
-{
-    return (roofline_params){
-        .gemm_eff_max = 1.00,           /* fitted to cuBLAS on Llama-2-7B's shapes on the H200 */
-        .gemm_half_tokens = 64.0,       /*   (roofline_probe.cu): within 8% for 256 <= T <= 4096 */
-        .attn_prefill_flops_eff = 0.50, /* FlashAttention-2 class: ~390 TFLOP/s on the H200 */
-        .attn_mem_eff = 0.80,           /* paged/flash decode kernels: ~3.4 TB/s on the H200 */
-        .elementwise_mem_eff = 0.90,    /* simple streaming kernels: close to a copy */
-        .kernel_min_ns = 2000,          /* in a graph: empty 0.7, SiLU 1.2, 1-row norm 4.6 us */
-        .launch_ns = 5400,              /* measured: back-to-back launches without a graph */
-        .step_overhead_ns = 300000,     /* scheduling, input prep, sync: a C engine's, assumed */
-        .item_overhead_ns = 1000,       /* block-table rows, positions, slot mapping per request */
-    };
-}
-
 /* Kernels per layer outside GEMMs and attention: 2 fused add+RMSNorm, RoPE, KV-cache write,
  * SiLU-and-mul. */
 #define ELEMENTWISE_KERNELS_PER_LAYER 5
@@ -93,7 +77,7 @@ void *roofline_create_with(const model_config *mc, const gpu_spec *gpu,
                            const cost_model_opts *opts, const roofline_params *p, terr *e)
 {
     cost_model_opts o = opts ? *opts : cost_model_opts_default();
-    roofline_params rp = p ? *p : roofline_params_default();
+    roofline_params rp = p ? *p : gpu->roofline;
     if (o.block_size <= 0)
         return terr_set(e, "--block-size %d: must be positive", o.block_size), NULL;
     if (o.kv_dtype_bytes != 1 && o.kv_dtype_bytes != 2 && o.kv_dtype_bytes != 4)

@@ -4,7 +4,7 @@
  */
 #include <stdlib.h>
 
-#include "sim/costmodel.h"
+#include "sim/sim_executor.h"
 
 typedef struct sim_executor {
     const cost_model_ops *cm;

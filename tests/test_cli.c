@@ -50,6 +50,14 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
         {{"--priority-classes", "0.5,0.6"}, "--priority-classes: fractions must sum to 1"},
         {{"--priority-classes", "0.5,x"}, "--priority-classes: \"x\" is not a fraction"},
         {{"--model", "llama-2-13b", "--gpu-memory-utilization", "0.12"}, "raise --gpu-memory-utilization"},
+        /* names match exactly: an abbreviation is an unknown option, not the longer flag */
+        {{"--max-num-seq", "5"}, "--max-num-seq: unknown option"},
+        {{"--max-num-seqs=5", "--enable-chunked"}, "--enable-chunked: unknown option"},
+        {{"--no-enable-prefix-caching=yes"}, "--no-enable-prefix-caching: takes no value"},
+        /* a policy's own knobs are checked by the policy, named by their flag */
+        {{"--chunk-size", "0"}, "--chunk-size: 0 is out of range"},
+        {{"--orca-reserve", "some"}, "--orca-reserve: \"some\" is not max or exact"},
+        {{"--length-predictor-error", "-1"}, "--length-predictor-error: -1 must be >= 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[12] = {"tandem", "sim", "--trace", CONV};
@@ -65,6 +73,34 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
     ck_assert_int_eq(r.exit_code, 2);
     ck_assert_msg(strstr(r.err, "--trace is required"), "%s", r.err);
     cli_result_free(&r);
+}
+END_TEST
+
+/* One parser serves every command, and none takes a prefix of a flag for the flag. */
+START_TEST(every_command_refuses_abbreviated_flags)
+{
+    struct {
+        const char *argv[8];
+        const char *msg;
+    } cases[] = {
+        {{"sim", "--trace", CONV, "--max-num-seq", "5"}, "--max-num-seq: unknown option"},
+        {{"run", "--trace", CONV, "--backen", "cpu"}, "--backen: unknown option"},
+        {{"sweep", "--job", "2", "x.spec"}, "--job: unknown option"},
+        {{"trace", "gen", "--num-request", "5"}, "--num-request: unknown option"},
+        {{"trace", "stats", CONV, "--bin-second", "60"}, "--bin-second: unknown option"},
+        {{"generate", "--model", "synthetic:tiny-llama2", "--max-token", "3"}, "--max-token: unknown option"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[10] = {"tandem"};
+        int n = 1;
+        for (int k = 0; k < 8 && cases[i].argv[k]; k++) argv[n++] = (char *)cases[i].argv[k];
+        argv[n] = NULL;
+        cli_result r = run_cliv(argv);
+        ck_assert_msg(r.exit_code == 2, "tandem %s: exit %d, stderr: %s", cases[i].argv[0], r.exit_code, r.err);
+        ck_assert_msg(strstr(r.err, cases[i].msg), "tandem %s: stderr lacks \"%s\":\n%s", cases[i].argv[0],
+                      cases[i].msg, r.err);
+        cli_result_free(&r);
+    }
 }
 END_TEST
 
@@ -247,6 +283,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, help_lists_every_option_with_default);
     tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
+    tcase_add_test(tc, every_command_refuses_abbreviated_flags);
     tcase_add_test(tc, bad_trace_row_is_file_line_error_or_skipped_and_counted);
     tcase_add_test(tc, same_seed_gives_byte_identical_outputs);
     tcase_add_test(tc, every_request_ends_exactly_once);

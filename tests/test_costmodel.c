@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "sim/costmodel.h"
+#include "sim/kv_capacity.h"
+#include "sim/sim_executor.h"
 #include "sim/roofline.h"
 #include "tests/testutil.h"
 

@@ -118,7 +118,7 @@ START_TEST(sarathi_decodes_first_under_chunk_budget)
 {
     scenario s = scenario_base(&policy_sarathi);
     s.cfg.max_num_batched_tokens = 8192;
-    s.cfg.chunk_size = 8;
+    scenario_knob(&s, "chunk-size", "8");
     s.cfg.long_prefill_token_threshold = 6;
     scenario_add(&s, 0, 20, 2);
     scenario_add(&s, 0, 2, 4);
@@ -259,7 +259,7 @@ START_TEST(orca_reservation_limits_batch)
     const char *want[] = {"0:2 1:2", "0:1 1:1", "2:2"};
     scenario_expect(o, want, 3);
     free(o);
-    s.cfg.orca_reserve_exact = true;
+    scenario_knob(&s, "orca-reserve", "exact");
     o = scenario_run(&s);
     const char *exact[] = {"0:2 1:2 2:2"};
     scenario_expect(o, exact, 1);
@@ -318,15 +318,23 @@ START_TEST(invariants_hold_across_policies_and_configs)
             .reserve_full_isl = gsl_rng_uniform(rng) < 0.5,
             .preemption_mode = gsl_rng_uniform(rng) < 0.4 ? PREEMPT_SWAP : PREEMPT_RECOMPUTE,
             .enable_prefix_caching = gsl_rng_uniform(rng) < 0.4,
-            .chunk_size = 4 + (int32_t)gsl_rng_uniform_int(rng, 32),
-            .length_predictor_error = gsl_rng_uniform(rng) < 0.5 ? 0.5 : 0,
-            .orca_reserve_exact = gsl_rng_uniform(rng) < 0.5,
         };
+        /* the policies' own knobs, drawn as the CLI would set them */
+        policy_knobs knobs = {0};
+        opts_defaults(policy_knob_specs(), &knobs);
+        char chunk[16];
+        snprintf(chunk, sizeof chunk, "%d", 4 + (int)gsl_rng_uniform_int(rng, 32));
+        terr ke;
+        ck_assert(opts_set(policy_knob_specs(), &knobs, "chunk-size", chunk, &ke) == 0 &&
+                  opts_set(policy_knob_specs(), &knobs, "length-predictor-error",
+                           gsl_rng_uniform(rng) < 0.5 ? "0.5" : "0", &ke) == 0 &&
+                  opts_set(policy_knob_specs(), &knobs, "orca-reserve", gsl_rng_uniform(rng) < 0.5 ? "exact" : "max",
+                           &ke) == 0);
         cfg.max_num_batched_tokens = cfg.max_num_seqs + (int32_t)gsl_rng_uniform_int(rng, 64);
         if (!cfg.enable_chunked_prefill && cfg.max_num_batched_tokens < cfg.max_model_len)
             cfg.max_num_batched_tokens = cfg.max_model_len;
         int32_t min_blocks = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
-        serve_config sc = {.sched = cfg, .policy = pol,
+        serve_config sc = {.sched = cfg, .policy = pol, .policy_knobs = policy_knobs_of(pol, &knobs),
                            .num_gpu_blocks = min_blocks + (int32_t)gsl_rng_uniform_int(rng, (uint32_t)min_blocks * 3),
                            .num_host_blocks = (int32_t)gsl_rng_uniform_int(rng, 64),
                            .seed = (uint64_t)trial, .max_steps = 200000};
@@ -373,14 +381,15 @@ START_TEST(invariants_hold_across_policies_and_configs)
         ck_assert_msg(res.kv_blocks_leaked == 0, "trial %d (%s): %d blocks leaked", trial, pol->name, res.kv_blocks_leaked);
         ck_assert_msg(sum.rejected_by_reason[REJECT_UNSCHEDULABLE] == 0,
                       "trial %d (%s): %lld requests stranded (unschedulable); seqs %d budget %d len %d bs %d "
-                      "blocks %d host %d chunked %d thr %d reserve %d swap %d pc %d chunk %d",
+                      "blocks %d host %d chunked %d thr %d reserve %d swap %d pc %d chunk %s",
                       trial, pol->name, (long long)sum.rejected_by_reason[REJECT_UNSCHEDULABLE], cfg.max_num_seqs,
                       cfg.max_num_batched_tokens, cfg.max_model_len, cfg.block_size, sc.num_gpu_blocks,
                       sc.num_host_blocks, cfg.enable_chunked_prefill, cfg.long_prefill_token_threshold,
-                      cfg.reserve_full_isl, cfg.preemption_mode, cfg.enable_prefix_caching, cfg.chunk_size);
+                      cfg.reserve_full_isl, cfg.preemption_mode, cfg.enable_prefix_caching, chunk);
         ck_assert_msg(!pc.failure[0], "trial %d: %s", trial, pc.failure);
         total_preemptions += sum.num_preemptions;
         total_swaps += cfg.preemption_mode == PREEMPT_SWAP ? sum.num_preemptions : 0;
+        opts_free(policy_knob_specs(), &knobs);
     }
     /* the random configurations must actually exercise preemption, or the test proves little */
     ck_assert_msg(total_preemptions > 100 && total_swaps > 10, "only %lld preemptions (%lld swaps) in 2000 trials",

@@ -170,10 +170,16 @@ scenario scenario_base(const policy_ops *policy)
         .block_size = 4,
         .enable_chunked_prefill = true,
         .reserve_full_isl = true,
-        .chunk_size = 512,
     };
+    opts_defaults(policy_knob_specs(), &s.knobs);
     s.num_blocks = 64;
     return s;
+}
+
+void scenario_knob(scenario *s, const char *name, const char *value)
+{
+    terr e;
+    ck_assert_msg(opts_set(policy_knob_specs(), &s->knobs, name, value, &e) == 0, "%s", e.msg);
 }
 
 arrival *scenario_add(scenario *s, int64_t t_ms, int32_t prompt, int32_t output)
@@ -187,7 +193,8 @@ arrival *scenario_add(scenario *s, int64_t t_ms, int32_t prompt, int32_t output)
 scenario_outcome *scenario_run(scenario *s)
 {
     scenario_outcome *o = calloc(1, sizeof *o);
-    serve_config sc = {.sched = s->cfg, .policy = s->policy, .num_gpu_blocks = s->num_blocks,
+    serve_config sc = {.sched = s->cfg, .policy = s->policy,
+                       .policy_knobs = policy_knobs_of(s->policy, &s->knobs), .num_gpu_blocks = s->num_blocks,
                        .num_host_blocks = s->num_host_blocks, .max_steps = 100000};
     array_source as;
     linear_exec lx = {.base_ns = MS};

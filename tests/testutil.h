@@ -65,12 +65,14 @@ void step_log_hook(struct serve_hooks *h, step_log *log);
 #include "core/metrics.h"
 #include "core/policy.h"
 #include "core/serve.h"
+#include "policies/policies.h"
 
 #define MS 1000000LL
 
 typedef struct scenario {
     const policy_ops *policy;
     sched_config cfg;
+    policy_knobs knobs; /* every policy's own knobs, at their defaults unless scenario_knob sets one */
     int32_t num_blocks, num_host_blocks;
     arrival arrivals[32];
     uint64_t hashes[32][4];
@@ -87,6 +89,8 @@ typedef struct scenario_outcome {
  * reserve_full_isl on. */
 scenario scenario_base(const policy_ops *policy);
 arrival *scenario_add(scenario *s, int64_t t_ms, int32_t prompt, int32_t output);
+/* Sets a policy knob by its flag name (e.g. "chunk-size"), as the CLI would. */
+void scenario_knob(scenario *s, const char *name, const char *value);
 /* Runs it (asserting conservation: every request ends once, no KV block leaked); the caller
  * frees the outcome. */
 scenario_outcome *scenario_run(scenario *s);

@@ -1,7 +1,7 @@
 /*
  * trace.c: the streaming trace readers behind trace_open() (formats documented in trace.h).
  *
- * One reader type serves every format. The three CSV formats differ only in a layout row of a
+ * One reader type serves every format. The CSV formats differ only in a layout row of a
  * static table (which header names mean arrival time, prompt, output, priority, client; how the
  * time column is parsed; whether unknown columns are allowed), so adding a CSV format is one
  * table entry. Mooncake JSONL is parsed per line with jansson.
@@ -39,10 +39,11 @@ enum { COL_TIME, COL_PROMPT, COL_OUTPUT, COL_PRIORITY, COL_CLIENT, COL_COUNT };
 typedef int (*time_parser)(const trace_field *f, int64_t *ns);
 
 typedef struct csv_layout {
-    trace_format format;
+    const char *name;                /* the format's name (trace_format_name) */
     const char *col_name[COL_COUNT]; /* header name per role; NULL: the format has no such column */
     bool col_optional[COL_COUNT];
     bool extra_columns_ok;           /* unknown header names are ignored (else an error) */
+    bool crlf_ok;                    /* CRLF line ends are accepted (on every line) */
     time_parser parse_time;
     const char *time_what;           /* for messages: what the time column must look like */
 } csv_layout;
@@ -55,18 +56,16 @@ static int seconds_time(const trace_field *f, int64_t *ns);
  * ignored. tandem's own format is strict, so a misspelt "prioirty" is an error instead of a
  * silently dropped column. */
 static const csv_layout layouts[] = {
-    {TRACE_AZURE, {"TIMESTAMP", "ContextTokens", "GeneratedTokens", NULL, NULL},
-     {false, false, false, true, true}, true, azure_time,
-     "a time YYYY-MM-DD HH:MM:SS[.fffffff]"},
-    {TRACE_VIDUR, {"arrived_at", "num_prefill_tokens", "num_decode_tokens", NULL, NULL},
-     {false, false, false, true, true}, true, seconds_time, "a number of seconds in [0, 1e9]"},
-    {TRACE_TANDEM, {"arrival_s", "prompt_tokens", "output_tokens", "priority", "client"},
-     {false, false, false, true, true}, false, seconds_time, "a number of seconds in [0, 1e9]"},
+    {"azure", {"TIMESTAMP", "ContextTokens", "GeneratedTokens", NULL, NULL},
+     {false, false, false, true, true}, true, true, azure_time, "a time YYYY-MM-DD HH:MM:SS[.fffffff]"},
+    {"vidur", {"arrived_at", "num_prefill_tokens", "num_decode_tokens", NULL, NULL},
+     {false, false, false, true, true}, true, false, seconds_time, "a number of seconds in [0, 1e9]"},
+    {"tandem", {"arrival_s", "prompt_tokens", "output_tokens", "priority", "client"},
+     {false, false, false, true, true}, false, false, seconds_time, "a number of seconds in [0, 1e9]"},
 };
 
 struct trace_reader {
     trace_lines lines;
-    trace_format format;
     trace_options opt;
 
     /* CSV formats */
@@ -93,16 +92,7 @@ struct trace_reader {
     terr error;                            /* the error that stopped the reader (sticky) */
 };
 
-const char *trace_format_name(trace_format f)
-{
-    switch (f) {
-    case TRACE_AZURE: return "azure";
-    case TRACE_VIDUR: return "vidur";
-    case TRACE_MOONCAKE: return "mooncake";
-    case TRACE_TANDEM: return "tandem";
-    }
-    return "unknown";
-}
+const char *trace_format_name(const trace_reader *t) { return t->layout ? t->layout->name : "mooncake"; }
 
 trace_options trace_options_default(void)
 {
@@ -442,11 +432,22 @@ static int reader_next(void *self, arrival *out, terr *e)
 
 /* ---- opening -------------------------------------------------------------------------------- */
 
-static const char *const known_headers =
-    "azure \"TIMESTAMP,ContextTokens,GeneratedTokens\", "
-    "vidur \"arrived_at,num_prefill_tokens,num_decode_tokens\", "
-    "tandem \"arrival_s,prompt_tokens,output_tokens[,priority][,client]\", "
-    "or Mooncake JSONL lines starting with '{'";
+/* The headers trace_open knows, from the layout table: `azure "TIMESTAMP,...", ...`. */
+static void known_headers(char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t k = 0; k < ARRAY_LEN(layouts); k++) {
+        const csv_layout *L = &layouts[k];
+        if (n < size) n += (size_t)snprintf(buf + n, size - n, "%s \"", L->name);
+        for (int c = 0; c < COL_COUNT && n < size; c++)
+            if (L->col_name[c])
+                n += (size_t)snprintf(buf + n, size - n, L->col_optional[c] ? "[%s%s]" : "%s%s", c ? "," : "",
+                                      L->col_name[c]);
+        if (n < size) n += (size_t)snprintf(buf + n, size - n, "\", ");
+    }
+    if (n < size) snprintf(buf + n, size - n, "or Mooncake JSONL lines starting with '{'");
+}
 
 /* Reads line 1 as a CSV header: picks the layout and maps columns to roles. */
 static int open_csv(trace_reader *t, terr *e)
@@ -484,14 +485,16 @@ static int open_csv(trace_reader *t, terr *e)
     for (size_t k = 0; k < ARRAY_LEN(layouts) && !t->layout; k++)
         for (int i = 0; i < ncols; i++)
             if (!strcmp(names[i].text, layouts[k].col_name[COL_TIME])) t->layout = &layouts[k];
-    if (!t->layout)
+    if (!t->layout) {
+        char known[512];
+        known_headers(known, sizeof known);
         return terr_set(e, "%s:1: unknown trace header \"%s\"; expected %s", path,
-                        printable(line, len, shown, sizeof shown), known_headers);
+                        printable(line, len, shown, sizeof shown), known);
+    }
     const csv_layout *L = t->layout;
-    t->format = L->format;
-    if (header_crlf && L->format != TRACE_AZURE)
+    if (header_crlf && !L->crlf_ok)
         return terr_set(e, "%s:1: CRLF (Windows) line ends; %s traces need LF line ends "
-                           "(convert with dos2unix)", path, trace_format_name(L->format));
+                           "(convert with dos2unix)", path, L->name);
     t->lines.crlf = header_crlf;
 
     for (int i = 0; i < ncols; i++) {
@@ -505,13 +508,13 @@ static int open_csv(trace_reader *t, terr *e)
             }
         if (t->slot_of_col[i] < 0 && !L->extra_columns_ok)
             return terr_set(e, "%s:1: unknown column \"%s\" (%s columns: %s,%s,%s[,%s][,%s])", path,
-                            names[i].text, trace_format_name(L->format), L->col_name[0],
+                            names[i].text, L->name, L->col_name[0],
                             L->col_name[1], L->col_name[2], L->col_name[3], L->col_name[4]);
     }
     for (int role = 0; role < COL_COUNT; role++)
         if (L->col_name[role] && !L->col_optional[role] && !t->has_role[role])
             return terr_set(e, "%s:1: missing column \"%s\" (a %s trace needs %s,%s,%s)", path,
-                            L->col_name[role], trace_format_name(L->format), L->col_name[0],
+                            L->col_name[role], L->name, L->col_name[0],
                             L->col_name[1], L->col_name[2]);
     t->num_columns = ncols;
     t->csv.slot_of_col = t->slot_of_col;
@@ -549,7 +552,6 @@ int trace_open(trace_reader **out, const char *path, const trace_options *opt, t
     if (b[0] == '{') {
         /* JSONL has no header: line 1 is the first request. Judge its line end here, so a
          * CRLF file is one file-level error instead of every row being bad. */
-        t->format = TRACE_MOONCAKE;
         const char *nl = memchr(b, '\n', avail);
         if (nl && nl > (const char *)b && nl[-1] == '\r') {
             terr_set(e, "%s:1: CRLF (Windows) line ends; mooncake traces need LF line ends "
@@ -573,7 +575,6 @@ fail:
 }
 
 arrival_source trace_source(trace_reader *t) { return (arrival_source){reader_next, t}; }
-trace_format trace_get_format(const trace_reader *t) { return t->format; }
 int64_t trace_rows_read(const trace_reader *t) { return t->rows; }
 int64_t trace_bad_rows(const trace_reader *t) { return t->bad; }
 

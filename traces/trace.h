@@ -49,13 +49,6 @@
 /* Longest prompt or output a trace row may ask for; anything longer is an input error. */
 #define TRACE_MAX_TOKENS (1 << 24)
 
-typedef enum trace_format {
-    TRACE_AZURE,
-    TRACE_VIDUR,
-    TRACE_MOONCAKE,
-    TRACE_TANDEM,
-} trace_format;
-
 typedef struct trace_options {
     double time_scale;    /* arrival offsets are multiplied by this (0.5 = twice the rate); > 0 */
     int64_t max_requests; /* stop after this many accepted rows; <= 0: no limit */
@@ -72,8 +65,8 @@ typedef struct trace_reader trace_reader;
 int trace_open(trace_reader **out, const char *path, const trace_options *opt, terr *e);
 /* The reader as the serving loop's arrival source. */
 arrival_source trace_source(trace_reader *t);
-trace_format trace_get_format(const trace_reader *t);
-const char *trace_format_name(trace_format f);
+/* The detected format's name: "azure", "vidur", "mooncake" or "tandem". */
+const char *trace_format_name(const trace_reader *t);
 int64_t trace_rows_read(const trace_reader *t);  /* accepted rows so far */
 int64_t trace_bad_rows(const trace_reader *t);   /* rows skipped with skip_bad_rows */
 /* Bytes the reader holds in buffers (chunk, CSV field buffer, hash array): constant in the
@@ -85,14 +78,5 @@ void trace_close(trace_reader *t);
  * fraction digits, years 1900-2200) to ns since 1970-01-01 00:00:00 of the same clock.
  * s need not be NUL-terminated. Returns 0, or -1 if it is not such a stamp. */
 int trace_azure_timestamp_ns(const char *s, size_t len, int64_t *ns);
-
-/* `tandem trace ...` itself is trace_main() (cli/commands.h, traces/trace_cli.c). Its
- * subcommands parse their own options (argv[0] is the subcommand) and return the exit code. */
-/* `tandem trace gen ...`: parses its own options (argv[0] is "gen"), writes tandem CSV.
- * Returns the process exit code (0 ok, 1 cannot write, 2 bad input). Options: traces/tracegen.h. */
-int trace_gen_main(int argc, char **argv);
-/* `tandem trace stats FILE`: lives in its own file, landed later; weak until then, and
- * `tandem trace` lists it only once it exists. */
-int trace_stats_main(int argc, char **argv) __attribute__((weak));
 
 #endif

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         printf("%-48s %-8s %10lld %8.3f %12.0f %8.1f %10zu %10ld\n", argv[i],
-               trace_format_name(trace_get_format(t)), (long long)n, dt, (double)n / dt,
+               trace_format_name(t), (long long)n, dt, (double)n / dt,
                (double)st.st_size / dt / 1e6, trace_buffer_bytes(t), ru.ru_maxrss);
         trace_close(t);
         (void)tokens;

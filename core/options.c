@@ -1,7 +1,7 @@
 /* options.c: see options.h. */
 #include "options.h"
 
-#include <getopt.h>
+#include <assert.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,6 +14,13 @@ const opt_spec *opts_find(const opt_spec *specs, const char *name)
     for (const opt_spec *s = specs; s->name; s++)
         if (strcmp(s->name, name) == 0) return s;
     return NULL;
+}
+
+size_t opts_count(const opt_spec *specs)
+{
+    size_t n = 0;
+    while (specs[n].name) n++;
+    return n;
 }
 
 static int set_value(const opt_spec *s, void *dst, const char *v, terr *e)
@@ -56,8 +63,8 @@ void opts_defaults(const opt_spec *specs, void *dst)
             free(*f);
             *f = s->def && s->def[0] ? xstrdup(s->def) : NULL;
         } else {
-            terr e;
-            int rc = set_value(s, dst, s->def && s->def[0] ? s->def : "0", &e);
+            int rc = set_value(s, dst, s->def && s->def[0] ? s->def : "0", NULL);
+            assert(rc == 0 && "an option's default parses");
             (void)rc;
         }
     }
@@ -96,62 +103,68 @@ void opts_help(const opt_spec *specs, const char *usage, FILE *f)
     fprintf(f, "  %-36s %s\n", "-h, --help", "show this help");
 }
 
+/* One "--name[=value]" argument: finds its spec (a `no-` prefix negates a boolean) and sets it,
+ * taking the value from the next argument when it has none of its own. *i indexes argv and is
+ * advanced past what was consumed. */
+static int parse_one(const opt_spec *specs, void *dst, int argc, char **argv, int *i, terr *e)
+{
+    const char *arg = argv[*i], *name = arg + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    char key[128];
+    if (len == 0 || len >= sizeof key) return terr_set(e, "%s: unknown option (see --help)", arg);
+    memcpy(key, name, len);
+    key[len] = 0;
+    const opt_spec *s = opts_find(specs, key);
+    if (!s && strncmp(key, "no-", 3) == 0 && (s = opts_find(specs, key + 3)) && s->type == OPT_BOOL) {
+        if (eq) return terr_set(e, "%.*s: takes no value", (int)(eq - arg), arg);
+        *FIELD(dst, s, bool) = false;
+        return 0;
+    }
+    if (!s) return terr_set(e, "--%s: unknown option (see --help)", key);
+    if (eq) return set_value(s, dst, eq + 1, e);
+    if (s->type == OPT_BOOL) {
+        *FIELD(dst, s, bool) = true;
+        return 0;
+    }
+    if (*i + 1 >= argc) return terr_set(e, "%s: needs a value", arg);
+    return set_value(s, dst, argv[++*i], e);
+}
+
 int opts_parse(const opt_spec *specs, void *dst, int argc, char **argv,
                int (*positional)(void *dst, const char *arg, terr *e), const char *usage, terr *e)
 {
-    size_t n = 0;
-    for (const opt_spec *s = specs; s->name; s++) n++;
-    /* every option, plus a no- twin for each boolean, plus --help */
-    struct option *lo = xcalloc(2 * n + 2, sizeof *lo);
-    char **names = xcalloc(n, sizeof *names);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const opt_spec *s = &specs[i];
-        lo[k++] = (struct option){s->name, s->type == OPT_BOOL ? optional_argument : required_argument,
-                                  NULL, (int)(1000 + i)};
-        if (s->type == OPT_BOOL) {
-            names[i] = xmalloc(strlen(s->name) + 4);
-            sprintf(names[i], "no-%s", s->name);
-            lo[k++] = (struct option){names[i], no_argument, NULL, (int)(3000 + i)};
-        }
-    }
-    lo[k++] = (struct option){"help", no_argument, NULL, 'h'};
-    int rc = 0;
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", lo, NULL);
-        if (c == -1) break;
-        if (c == 'h') {
+    bool options_done = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+        if (!options_done && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
             opts_help(specs, usage, stdout);
-            rc = 1;
-            break;
+            return 1;
         }
-        if (c == '?' || c == ':') {
-            const char *bad = argv[optind - 1];
-            if (c == ':') rc = terr_set(e, "%s: needs a value", bad);
-            else rc = terr_set(e, "%s: unknown option (see --help)", bad);
-            break;
-        }
-        if (c >= 3000) {
-            *FIELD(dst, &specs[c - 3000], bool) = false;
+        if (!options_done && !strcmp(a, "--")) {
+            options_done = true;
             continue;
         }
-        const opt_spec *s = &specs[c - 1000];
-        if (s->type == OPT_BOOL && !optarg) {
-            *FIELD(dst, s, bool) = true;
-            continue;
-        }
-        if ((rc = set_value(s, dst, optarg, e))) break;
+        if (!options_done && a[0] == '-' && a[1] == '-') rc = parse_one(specs, dst, argc, argv, &i, e);
+        else if (!options_done && a[0] == '-' && a[1]) rc = terr_set(e, "%s: unknown option (see --help)", a);
+        else if (!positional) rc = terr_set(e, "unexpected argument \"%s\" (see --help)", a);
+        else rc = positional(dst, a, e);
+        if (rc) return -1;
     }
-    for (int i = optind; rc == 0 && i < argc; i++) {
-        if (!positional) rc = terr_set(e, "unexpected argument \"%s\" (see --help)", argv[i]);
-        else rc = positional(dst, argv[i], e);
+    return 0;
+}
+
+void opts_join(opt_spec **dst, size_t *n, const opt_spec *src, size_t base, const char *const *skip)
+{
+    for (const opt_spec *s = src; s->name; s++) {
+        bool drop = *dst && opts_find(*dst, s->name);
+        for (const char *const *k = skip; k && *k && !drop; k++) drop = !strcmp(*k, s->name);
+        if (drop) continue;
+        *dst = xrealloc(*dst, (*n + 2) * sizeof **dst);
+        (*dst)[*n] = *s;
+        (*dst)[*n].offset += base;
+        (*dst)[++*n] = (opt_spec)OPT_END;
     }
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-    free(lo);
-    return rc;
 }
 
 json_t *opts_to_json(const opt_spec *specs, const void *src)

@@ -1,10 +1,16 @@
 /*
- * options.h: command-line options described as data.
+ * options.h: command-line options described as data, and the one parser every command uses.
  *
- * A command lists its options once, as a table of {name, type, offset into its options struct,
- * default, help}. The same table parses argv (getopt_long), prints --help with every default,
- * sets an option by name (what `tandem sweep` does with a spec line), and dumps the resolved
- * values into summary.json. Booleans take `--name`, `--no-name` and `--name=true|false`.
+ * A module lists its options once, as a table of {name, type, offset into its options struct,
+ * default, help}. The same table parses argv, prints --help with every default, sets an option
+ * by name (what `tandem sweep` does with a spec line), and dumps the resolved values into
+ * summary.json. Tables are owned by whoever the options belong to: a command, the serving setup,
+ * the engine, or a scheduling policy (its knobs, core/policy.h); a command joins them with
+ * opts_join.
+ *
+ * Names match exactly: `--max-num-seq` is an unknown option, never an abbreviation of
+ * `--max-num-seqs`. Values come as `--name V` or `--name=V`; booleans take `--name`,
+ * `--no-name` and `--name=true|false`; `--` ends the options.
  */
 #ifndef TANDEM_OPTIONS_H
 #define TANDEM_OPTIONS_H
@@ -13,7 +19,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "core/util.h"
+#include "util.h"
 
 typedef enum opt_type { OPT_STR, OPT_I64, OPT_F64, OPT_BOOL } opt_type;
 
@@ -41,5 +47,11 @@ void opts_help(const opt_spec *specs, const char *usage, FILE *f);
 json_t *opts_to_json(const opt_spec *specs, const void *src);
 const opt_spec *opts_find(const opt_spec *specs, const char *name);
 void opts_free(const opt_spec *specs, void *dst);
+size_t opts_count(const opt_spec *specs);
+
+/* Appends src's options to the table *dst (of *n entries, kept OPT_END-terminated, grown with
+ * xrealloc), their offsets shifted by `base` (where src's struct sits inside dst's), leaving out
+ * the names in `skip` (NULL-terminated; NULL skips none) and names already in *dst. */
+void opts_join(opt_spec **dst, size_t *n, const opt_spec *src, size_t base, const char *const *skip);
 
 #endif

@@ -1,6 +1,7 @@
-/* sim_options.c: see sim_options.h. */
-#include "cli/sim_options.h"
+/* serving.c: see serving.h. */
+#include "cli/serving.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,23 +9,24 @@
 #include <gsl/gsl_rng.h>
 
 #include "core/clock.h"
+#include "core/kv.h"
 #include "core/serve.h"
-#include "policies/policies.h"
+#include "sim/sim_executor.h"
 #include "traces/trace.h"
 
-#define O(f) offsetof(sim_options, f)
+#define O(f) offsetof(serving_options, f)
 
-const opt_spec sim_option_specs[] = {
+static const opt_spec serving_own_specs[] = {
     {"trace", OPT_STR, O(trace), "", "request trace (Azure 2023 / Vidur / Mooncake / tandem CSV)"},
     {"out", OPT_STR, O(out), "", "directory for requests.csv, steps.csv, summary.json"},
     {"model", OPT_STR, O(model), "llama-2-7b", "shipped model name, config.json, or checkpoint dir"},
-    {"gpu", OPT_STR, O(gpu), "h200", "GPU: h200, h100-sxm, a100-80gb"},
-    {"cost-model", OPT_STR, O(cost_model), "roofline", "how step times are predicted"},
-    {"scheduling-policy", OPT_STR, O(scheduling_policy), "vllm", "scheduling policy"},
+    {"gpu", OPT_STR, O(gpu), "h200", "GPU (listed above)"},
+    {"cost-model", OPT_STR, O(cost_model), "roofline", "how step times are predicted (listed above)"},
+    {"scheduling-policy", OPT_STR, O(scheduling_policy), "vllm", "scheduling policy (listed above)"},
     {"max-num-seqs", OPT_I64, O(max_num_seqs), "1024", "running requests at most"},
     {"max-num-batched-tokens", OPT_I64, O(max_num_batched_tokens), "8192", "tokens per step at most"},
     {"max-model-len", OPT_I64, O(max_model_len), "0", "prompt + output at most (0: the model's max_position_embeddings)"},
-    {"block-size", OPT_I64, O(block_size), "16", "tokens per KV block"},
+    {"block-size", OPT_I64, O(block_size), KV_DEFAULT_BLOCK_SIZE_STR, "tokens per KV block"},
     {"gpu-memory-utilization", OPT_F64, O(gpu_memory_utilization), "0.9", "fraction of GPU memory for weights, activations and KV"},
     {"num-gpu-blocks-override", OPT_I64, O(num_gpu_blocks_override), "0", "use this many KV blocks (0: computed)"},
     {"enable-chunked-prefill", OPT_BOOL, O(enable_chunked_prefill), "true", "split prompts across steps"},
@@ -33,9 +35,6 @@ const opt_spec sim_option_specs[] = {
     {"preemption-mode", OPT_STR, O(preemption_mode), "recompute", "recompute or swap"},
     {"swap-space", OPT_F64, O(swap_space), "4", "host swap space in GiB (swap mode)"},
     {"enable-prefix-caching", OPT_BOOL, O(enable_prefix_caching), "false", "reuse cached KV blocks of equal prefixes"},
-    {"chunk-size", OPT_I64, O(chunk_size), "512", "sarathi: prefill tokens per step"},
-    {"length-predictor-error", OPT_F64, O(length_predictor_error), "0", "sjf/srpt: relative error of predicted output lengths"},
-    {"orca-reserve", OPT_STR, O(orca_reserve), "max", "orca: reserve KV for max (max_model_len) or exact (prompt + max output)"},
     {"goodput", OPT_STR, O(goodput), "", "SLOs for request_goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (ms)"},
     {"seed", OPT_I64, O(seed), "0", "seed of every random draw"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
@@ -51,10 +50,37 @@ const opt_spec sim_option_specs[] = {
     OPT_END,
 };
 
-void sim_options_defaults(sim_options *o) { opts_defaults(sim_option_specs, o); }
-void sim_options_free(sim_options *o) { opts_free(sim_option_specs, o); }
+const opt_spec *serving_option_specs(void)
+{
+    static opt_spec *table;
+    static size_t n;
+    if (!table) {
+        opts_join(&table, &n, serving_own_specs, 0, NULL);
+        opts_join(&table, &n, policy_knob_specs(), offsetof(serving_options, knobs), NULL);
+    }
+    return table;
+}
 
-static int parse_goodput(const char *text, sim_setup *su, terr *e)
+char *serving_usage(const char *head)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) abort();
+    fprintf(f, "%s\n\nscheduling policies (--scheduling-policy):\n", head);
+    policy_list(f);
+    fprintf(f, "GPUs (--gpu):\n");
+    gpu_list(f);
+    fprintf(f, "cost models (--cost-model):\n");
+    cost_model_list(f);
+    fclose(f);
+    return text;
+}
+
+void serving_options_defaults(serving_options *o) { opts_defaults(serving_option_specs(), o); }
+void serving_options_free(serving_options *o) { opts_free(serving_option_specs(), o); }
+
+static int parse_goodput(const char *text, serving_setup *su, terr *e)
 {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", text);
@@ -72,9 +98,9 @@ static int parse_goodput(const char *text, sim_setup *su, terr *e)
     return 0;
 }
 
-int sim_positional(void *dst, const char *arg, terr *e)
+int serving_positional(void *dst, const char *arg, terr *e)
 {
-    sim_options *o = dst;
+    serving_options *o = dst;
     const char *colon = strchr(arg, ':');
     if (o->goodput && colon && (!strncmp(arg, "ttft:", 5) || !strncmp(arg, "tpot:", 5) || !strncmp(arg, "e2el:", 5))) {
         char *joined = xmalloc(strlen(o->goodput) + strlen(arg) + 2);
@@ -92,71 +118,69 @@ static int check_range(const char *flag, int64_t v, int64_t lo, int64_t hi, terr
     return 0;
 }
 
-int sim_resolve(const sim_options *o, sim_setup *su, terr *e)
+/* Model (a "synthetic:NAME" model has NAME's shape: all a cost model needs) and GPU. */
+static int resolve_model_gpu(const serving_options *o, serving_setup *su, terr *e)
 {
-    *su = (sim_setup){0};
-    if (!o->trace) return terr_set(e, "--trace is required (see --help)");
-    /* "synthetic:NAME" (the engine's seeded weights) has NAME's shape: all a cost model needs */
     const char *model = strncmp(o->model, "synthetic:", 10) == 0 ? o->model + 10 : o->model;
     if (model_config_load(&su->model, model, e)) return -1;
-    if (!(su->gpu = gpu_find(o->gpu))) {
-        char names[256] = "";
-        FILE *f = fmemopen(names, sizeof names - 1, "w");
-        gpu_list(f);
-        fclose(f);
-        return terr_set(e, "--gpu: unknown GPU \"%s\"; valid:\n%s", o->gpu, names);
-    }
-    if (!(su->cost_model = cost_model_find(o->cost_model))) {
-        char names[512] = "";
-        FILE *f = fmemopen(names, sizeof names - 1, "w");
-        cost_model_list(f);
-        fclose(f);
-        return terr_set(e, "--cost-model: unknown cost model \"%s\"; valid:\n%s", o->cost_model, names);
-    }
-    if (!(su->policy = policy_find(o->scheduling_policy))) {
-        char names[1536] = "";
-        FILE *f = fmemopen(names, sizeof names - 1, "w");
-        policy_list(f);
-        fclose(f);
-        return terr_set(e, "--scheduling-policy: unknown policy \"%s\"; valid:\n%s", o->scheduling_policy, names);
-    }
-    if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
-        check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e) ||
-        check_range("block-size", o->block_size, 1, 1024, e) ||
+    if (!(su->gpu = gpu_find(o->gpu))) return terr_unknown(e, "gpu", "GPU", o->gpu, gpu_list);
+    if (check_range("block-size", o->block_size, 1, 1024, e) ||
         check_range("max-model-len", o->max_model_len, 0, 1 << 24, e) ||
-        check_range("num-gpu-blocks-override", o->num_gpu_blocks_override, 0, INT32_MAX, e) ||
-        check_range("long-prefill-token-threshold", o->long_prefill_token_threshold, 0, 1 << 24, e) ||
-        check_range("chunk-size", o->chunk_size, 1, 1 << 24, e) ||
-        check_range("max-requests", o->max_requests, 0, INT64_MAX, e) ||
-        check_range("max-steps", o->max_steps, 0, INT64_MAX, e) ||
-        check_range("seed", o->seed, 0, INT64_MAX, e))
+        check_range("max-requests", o->max_requests, 0, INT64_MAX, e))
         return -1;
     if (!(o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1))
         return terr_set(e, "--gpu-memory-utilization: %g is not in (0, 1]", o->gpu_memory_utilization);
-    if (!(o->time_scale > 0)) return terr_set(e, "--time-scale: %g must be > 0", o->time_scale);
+    if (!(o->time_scale > 0 && isfinite(o->time_scale))) return terr_set(e, "--time-scale: %g must be > 0", o->time_scale);
+    su->sched.block_size = (int32_t)o->block_size;
+    su->sched.max_model_len = o->max_model_len ? (int32_t)o->max_model_len : su->model.max_position_embeddings;
+    if (su->sched.max_model_len > su->model.max_position_embeddings)
+        return terr_set(e, "--max-model-len: %d is greater than the model's max_position_embeddings (%d)",
+                        su->sched.max_model_len, su->model.max_position_embeddings);
+    return 0;
+}
+
+int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *e)
+{
+    *su = (serving_setup){0};
+    if (resolve_model_gpu(o, su, e) ||
+        check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
+        check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e))
+        return -1;
+    return kv_capacity_compute(&su->kv, &su->model, su->gpu, o->gpu_memory_utilization, su->sched.block_size,
+                               (int32_t)o->max_num_batched_tokens, (int32_t)o->max_num_seqs,
+                               su->sched.max_model_len, e);
+}
+
+int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
+{
+    *su = (serving_setup){0};
+    if (!o->trace) return terr_set(e, "--trace is required (see --help)");
+    if (resolve_model_gpu(o, su, e)) return -1;
+    if (!(su->cost_model = cost_model_find(o->cost_model)))
+        return terr_unknown(e, "cost-model", "cost model", o->cost_model, cost_model_list);
+    if (!(su->policy = policy_find(o->scheduling_policy)))
+        return terr_unknown(e, "scheduling-policy", "policy", o->scheduling_policy, policy_list);
+    if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
+        check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e) ||
+        check_range("num-gpu-blocks-override", o->num_gpu_blocks_override, 0, INT32_MAX, e) ||
+        check_range("long-prefill-token-threshold", o->long_prefill_token_threshold, 0, 1 << 24, e) ||
+        policy_knobs_check(&o->knobs, e) ||
+        check_range("max-steps", o->max_steps, 0, INT64_MAX, e) ||
+        check_range("seed", o->seed, 0, INT64_MAX, e))
+        return -1;
     if (o->swap_space < 0) return terr_set(e, "--swap-space: %g must be >= 0", o->swap_space);
-    if (o->length_predictor_error < 0) return terr_set(e, "--length-predictor-error: %g must be >= 0", o->length_predictor_error);
+    su->policy_knobs = policy_knobs_of(su->policy, &o->knobs);
 
     sched_config *c = &su->sched;
     c->max_num_seqs = (int32_t)o->max_num_seqs;
     c->max_num_batched_tokens = (int32_t)o->max_num_batched_tokens;
-    c->block_size = (int32_t)o->block_size;
-    c->max_model_len = o->max_model_len ? (int32_t)o->max_model_len : su->model.max_position_embeddings;
-    if (c->max_model_len > su->model.max_position_embeddings)
-        return terr_set(e, "--max-model-len: %d is greater than the model's max_position_embeddings (%d)",
-                        c->max_model_len, su->model.max_position_embeddings);
     c->enable_chunked_prefill = o->enable_chunked_prefill;
     c->long_prefill_token_threshold = (int32_t)o->long_prefill_token_threshold;
     c->reserve_full_isl = o->scheduler_reserve_full_isl;
     c->enable_prefix_caching = o->enable_prefix_caching;
-    c->chunk_size = (int32_t)o->chunk_size;
-    c->length_predictor_error = o->length_predictor_error;
     if (!strcmp(o->preemption_mode, "recompute")) c->preemption_mode = PREEMPT_RECOMPUTE;
     else if (!strcmp(o->preemption_mode, "swap")) c->preemption_mode = PREEMPT_SWAP;
     else return terr_set(e, "--preemption-mode: \"%s\" is not recompute or swap", o->preemption_mode);
-    if (!strcmp(o->orca_reserve, "max")) c->orca_reserve_exact = false;
-    else if (!strcmp(o->orca_reserve, "exact")) c->orca_reserve_exact = true;
-    else return terr_set(e, "--orca-reserve: \"%s\" is not max or exact", o->orca_reserve);
 
     /* vLLM's own start-up checks */
     if (c->max_num_batched_tokens < c->max_num_seqs)
@@ -201,7 +225,7 @@ int sim_resolve(const sim_options *o, sim_setup *su, terr *e)
  * (its own stream, so adding classes does not change the policy's random draws). */
 typedef struct relabel {
     arrival_source inner;
-    const sim_setup *su;
+    const serving_setup *su;
     int64_t num_clients;
     gsl_rng *rng;
 } relabel;
@@ -221,11 +245,9 @@ static int relabel_next(void *self, arrival *a, terr *e)
     return 1;
 }
 
-void sim_setup_free(sim_setup *su) { (void)su; }
-
-static json_t *config_json(const sim_options *o, const sim_setup *su, const char *format_name)
+static json_t *config_json(const serving_options *o, const serving_setup *su, const char *format_name)
 {
-    json_t *cfg = opts_to_json(sim_option_specs, o);
+    json_t *cfg = opts_to_json(serving_option_specs(), o);
     json_t *r = json_object();
     json_object_set_new(r, "max_model_len", json_integer(su->sched.max_model_len));
     json_object_set_new(r, "num_gpu_blocks", json_integer(su->kv.num_blocks));
@@ -241,7 +263,7 @@ static json_t *config_json(const sim_options *o, const sim_setup *su, const char
     return cfg;
 }
 
-int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, terr *e)
+int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e)
 {
     executor ex;
     cost_model_opts cmo = cost_model_opts_default();
@@ -249,13 +271,13 @@ int sim_run(const sim_options *o, const sim_setup *su, metrics_summary *out, ter
     if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) return 2;
     tclock clock;
     tclock_init_sim(&clock);
-    int code = sim_replay(o, su, ex, &clock, out, e);
+    int code = serving_replay(o, su, ex, &clock, out, e);
     ex.ops->destroy(ex.self);
     return code;
 }
 
-int sim_replay(const sim_options *o, const sim_setup *su, executor ex, tclock *clock, metrics_summary *out,
-               terr *e)
+int serving_replay(const serving_options *o, const serving_setup *su, executor ex, tclock *clock,
+                   metrics_summary *out, terr *e)
 {
     trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
     trace_reader *tr;
@@ -277,6 +299,7 @@ int sim_replay(const sim_options *o, const sim_setup *su, executor ex, tclock *c
     serve_config sc = {
         .sched = su->sched,
         .policy = su->policy,
+        .policy_knobs = su->policy_knobs,
         .num_gpu_blocks = (int32_t)su->kv.num_blocks,
         .num_host_blocks = su->num_host_blocks,
         .seed = (uint64_t)o->seed,
@@ -295,7 +318,7 @@ int sim_replay(const sim_options *o, const sim_setup *su, executor ex, tclock *c
     if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
-        if (metrics_finish(m, config_json(o, su, trace_format_name(trace_get_format(tr))), out, e)) code = 1;
+        if (metrics_finish(m, config_json(o, su, trace_format_name(tr)), out, e)) code = 1;
     }
     metrics_free(m);
     trace_close(tr);

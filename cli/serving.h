@@ -1,0 +1,82 @@
+/*
+ * serving.h: a serving run's configuration, shared by `tandem sim`, `tandem run`, `tandem sweep`
+ * and `trace stats`: the options, how they resolve into a checked setup (model, GPU, KV
+ * capacity, policy and its knobs, budgets), and the replay of a trace through the serving loop
+ * on any executor and clock.
+ *
+ * The option table (serving_option_specs) is the single list of serving flags: the CLI parses
+ * it, --help prints it with defaults, summary.json records it, and `tandem sweep` sets its
+ * entries by name. Scheduling policies bring their own knobs (policies/policies.h), joined into
+ * the table. serving_resolve() applies vLLM's start-up rules and sizes the KV cache as vLLM
+ * does; the simulator and the GPU engine both use its result, so a simulated and a measured run
+ * of one configuration see the same cache.
+ */
+#ifndef TANDEM_SERVING_H
+#define TANDEM_SERVING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/clock.h"
+#include "core/executor.h"
+#include "core/metrics.h"
+#include "core/model_config.h"
+#include "core/options.h"
+#include "core/policy.h"
+#include "policies/policies.h"
+#include "sim/costmodel.h"
+#include "sim/kv_capacity.h"
+
+typedef struct serving_options {
+    char *trace, *out, *model, *gpu, *cost_model, *scheduling_policy, *preemption_mode, *goodput,
+        *priority_classes;
+    int64_t num_clients, max_num_seqs, max_num_batched_tokens, max_model_len, block_size, num_gpu_blocks_override,
+        long_prefill_token_threshold, seed, max_requests, max_steps;
+    double gpu_memory_utilization, swap_space, time_scale;
+    bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
+        requests, steps, tokens, quiet;
+    policy_knobs knobs; /* every policy's own knobs (--chunk-size, ...) */
+} serving_options;
+
+/* The table: serving flags, then the policies' knobs. */
+const opt_spec *serving_option_specs(void);
+
+/* A command's usage text: head, then the policies, GPUs and cost models the flags can name
+ * (malloc'd). */
+char *serving_usage(const char *head);
+
+void serving_options_defaults(serving_options *o);
+void serving_options_free(serving_options *o);
+/* Accepts vLLM-style `--goodput ttft:500 tpot:50` (values after the flag). */
+int serving_positional(void *dst, const char *arg, terr *e);
+
+typedef struct serving_setup {
+    model_config model;
+    const gpu_spec *gpu;
+    const cost_model_ops *cost_model;
+    const policy_ops *policy;
+    const void *policy_knobs;     /* the policy's part of serving_options.knobs (NULL: none) */
+    sched_config sched;
+    kv_capacity kv;               /* num_blocks: what the run uses (override applied) */
+    int32_t num_host_blocks;      /* swap space */
+    double goodput_ttft_ms, goodput_tpot_ms, goodput_e2el_ms;
+    int num_priority_classes;     /* > 0: priorities drawn on replay (--priority-classes) */
+    double priority_cdf[8];       /* (num_priority_classes) cumulative fractions */
+} serving_setup;
+
+/* Model, GPU and KV capacity alone (what `trace stats` needs): checks those flags, resolves the
+ * model and GPU, and sizes the KV cache for the budgets in o. Errors name the flag. */
+int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *e);
+/* Checks every option and resolves model, GPU, KV capacity and policy. Errors name the flag.
+ * o must outlive su (su->policy_knobs points into it). */
+int serving_resolve(const serving_options *o, serving_setup *su, terr *e);
+
+/* Replays the trace on the setup's cost model in simulated time (`tandem sim`, sweeps). Returns
+ * 0, 2 on bad input (e says FILE:LINE: ...), 1 on output failure. */
+int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e);
+/* Replays the trace through any executor and clock (`tandem run`: the engine, the wall clock),
+ * writing the outputs as sim does. Returns as serving_simulate. */
+int serving_replay(const serving_options *o, const serving_setup *su, executor ex, tclock *clock,
+                   metrics_summary *out, terr *e);
+
+#endif

@@ -1,0 +1,15 @@
+/*
+ * sim_executor.h: the simulator's executor (core/executor.h): each step's duration is a cost
+ * model's prediction for the batch; no tokens are sampled (step_result.sampled = NULL).
+ */
+#ifndef TANDEM_SIM_EXECUTOR_H
+#define TANDEM_SIM_EXECUTOR_H
+
+#include "core/executor.h"
+#include "sim/costmodel.h"
+
+/* opts NULL means cost_model_opts_default(). */
+int sim_executor_create(executor *ex, const cost_model_ops *cm, const model_config *mc,
+                        const gpu_spec *gpu, const cost_model_opts *opts, terr *e);
+
+#endif
