@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,3 +225,61 @@ void scenario_expect(const scenario_outcome *o, const char *const *want, int n)
                       o->log.lines[i], want[i]);
     }
 }
+
+/* ---- trace files ---- */
+
+
+trace_rows read_all_opt(const char *path, const trace_options *opt)
+{
+    trace_rows r = {0};
+    trace_reader *t;
+    if (trace_open(&t, path, opt, &r.err)) {
+        r.rc = -1;
+        return r;
+    }
+    r.format = trace_format_name(t);
+    arrival_source s = trace_source(t);
+    size_t cap = 0;
+    arrival a;
+    int got;
+    while ((got = s.next(s.self, &a, &r.err)) == 1) {
+        if ((size_t)r.n == cap) r.a = realloc(r.a, (cap = cap ? 2 * cap : 64) * sizeof *r.a);
+        if (a.num_hashes > 0) {
+            uint64_t *copy = malloc((size_t)a.num_hashes * sizeof *copy);
+            memcpy(copy, a.hashes, (size_t)a.num_hashes * sizeof *copy);
+            if (r.n == 0) r.hashes_first = copy;
+            else {
+                free(r.hashes_last);
+                r.hashes_last = copy;
+            }
+        }
+        a.hashes = NULL;
+        r.a[r.n++] = a;
+    }
+    r.rc = got < 0 ? -1 : 0;
+    r.bad = trace_bad_rows(t);
+    ck_assert_int_eq(trace_rows_read(t), r.n);
+    trace_close(t);
+    return r;
+}
+
+trace_rows read_all(const char *path) { return read_all_opt(path, NULL); }
+
+void rows_free(trace_rows *r)
+{
+    free(r->a);
+    free(r->hashes_first);
+    free(r->hashes_last);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+void rm_tree(char *dir)
+{
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    free(dir);
+}
+

@@ -97,4 +97,24 @@ scenario_outcome *scenario_run(scenario *s);
 /* Asserts the first n steps are `want` (messages say which step differed and how). */
 void scenario_expect(const scenario_outcome *o, const char *const *want, int n);
 
+/* ---- trace files ---- */
+
+#include "traces/trace.h"
+
+/* Every arrival of a trace file, read through trace_open (rc -1 and err on an error). */
+typedef struct trace_rows {
+    arrival *a;    /* (n) */
+    int64_t n;
+    uint64_t *hashes_first, *hashes_last; /* copies of the first and last rows' hashes */
+    int rc;        /* 0: read to the end; -1: error */
+    terr err;
+    int64_t bad;
+    const char *format;
+} trace_rows;
+trace_rows read_all_opt(const char *path, const trace_options *opt);
+trace_rows read_all(const char *path);
+void rows_free(trace_rows *r);
+/* Removes dir and everything under it, and frees the path. */
+void rm_tree(char *dir);
+
 #endif
