@@ -290,6 +290,8 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .write_requests = o->requests,
         .write_steps = o->steps,
         .write_tokens = o->tokens,
+        .peak_flops = su->gpu->peak_bf16_flops,
+        .peak_bytes_s = su->gpu->peak_mem_bw_bytes_s,
     };
     metrics *m;
     if (metrics_open(&m, &mo, e)) {
@@ -304,6 +306,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .num_host_blocks = su->num_host_blocks,
         .seed = (uint64_t)o->seed,
         .max_steps = o->max_steps,
+        .model = &su->model,
     };
     serve_result res;
     int code = 0;

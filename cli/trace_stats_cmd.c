@@ -166,22 +166,23 @@ static void vllm_server_defaults(const gpu_spec *gpu, int32_t *seqs, int32_t *to
 }
 
 /* Predicted duration (ms) of a step with num_decodes decodes at `context` tokens plus one
- * prefill chunk of chunk tokens (0: none), on the roofline cost model. The items carry no
- * request: a cost model reads only the tokens and contexts. */
+ * prefill chunk of chunk tokens (0: none), on the roofline cost model. */
 static double step_ms(const cost_model_ops *cm, void *self, int32_t num_decodes, int32_t context, int32_t chunk)
 {
-    batch b;
-    batch_init(&b, num_decodes + 1);
-    for (int32_t i = 0; i < num_decodes; i++)
-        b.items[b.num_items++] = (sched_item){.num_tokens = 1, .context_tokens = context, .emits_token = true, .is_decode = true};
-    if (chunk > 0) b.items[b.num_items++] = (sched_item){.num_tokens = chunk, .context_tokens = 0};
-    b.num_decode_tokens = num_decodes;
-    b.num_prefill_tokens = chunk;
-    b.num_tokens = (int64_t)num_decodes + chunk;
-    b.num_emitting = num_decodes;
-    double ms = (double)cm->step_ns(self, &b) / NS_PER_MS;
-    batch_free(&b);
-    return ms;
+    step_shape s = {
+        .num_items = num_decodes + (chunk > 0),
+        .num_prefill_seqs = chunk > 0,
+        .num_decode_seqs = num_decodes,
+        .num_emitting = num_decodes,
+        .prefill_tokens = chunk,
+        .decode_tokens = num_decodes,
+        .prefill_pairs2 = (int64_t)chunk * (chunk + 1),
+        .prefill_keys = chunk,
+        .decode_keys = (int64_t)num_decodes * (context + 1),
+        .decode_keys_sq = (int64_t)num_decodes * (context + 1) * (context + 1),
+        .max_keys = max_i32(chunk, num_decodes ? context + 1 : 0),
+    };
+    return (double)cm->step_ns(self, &s) / NS_PER_MS;
 }
 
 /* Appends printf-style text to a paragraph held in *p (malloc'd). */

@@ -99,3 +99,30 @@ void batch_note_preempted(batch *b, request *r)
     }
     b->preempted[b->num_preempted++] = r;
 }
+
+step_shape batch_shape(const batch *b)
+{
+    step_shape s = {
+        .num_items = b->num_items,
+        .num_emitting = b->num_emitting,
+        .padding_tokens = b->num_padding_tokens,
+        .swap_blocks = b->num_swap_in + b->num_swap_out,
+    };
+    for (int32_t i = 0; i < b->num_items; i++) {
+        const sched_item *it = &b->items[i];
+        int64_t n = it->num_tokens, c = it->context_tokens;
+        if (it->is_decode) {
+            s.num_decode_seqs++;
+            s.decode_tokens += n;
+            s.decode_keys += c + 1;
+            s.decode_keys_sq += (c + 1) * (c + 1);
+        } else {
+            s.num_prefill_seqs++;
+            s.prefill_tokens += n;
+            s.prefill_pairs2 += n * (2 * c + n + 1);
+            s.prefill_keys += c + n;
+        }
+        if (c + n > s.max_keys) s.max_keys = (int32_t)(c + n);
+    }
+    return s;
+}

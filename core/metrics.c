@@ -144,7 +144,9 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             m->step_out = open_csv(opt->out_dir, "steps.csv",
                                    "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
                                    "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
-                                   "num_preemptions,swap_blocks,kv_tokens\n",
+                                   "num_preemptions,swap_blocks,kv_tokens,num_prefill_seqs,"
+                                   "num_decode_seqs,num_emitting,padding_tokens,prefill_pairs2,"
+                                   "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu\n",
                                    e);
             if (!m->step_out) goto fail;
         }
@@ -276,6 +278,8 @@ void metrics_step(metrics *m, const step_stats *st)
     s->num_steps++;
     m->busy_ns += (double)st->duration_ns;
     m->batch_size_sum += st->batch_size;
+    s->total_flops += st->flops;
+    s->total_bytes += st->bytes;
     double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
     if (usage > s->peak_kv_usage) s->peak_kv_usage = usage;
     m->kv_usage_time_sum += usage * (double)st->duration_ns;
@@ -311,6 +315,23 @@ void metrics_step(metrics *m, const step_stats *st)
     ob_i64(o, st->num_swap_blocks);
     ob_char(o, ',');
     ob_i64(o, st->kv_tokens);
+    const step_shape *sh = &st->shape;
+    const int64_t shape_cols[] = {sh->num_prefill_seqs, sh->num_decode_seqs, sh->num_emitting, sh->padding_tokens,
+                                  sh->prefill_pairs2,   sh->prefill_keys,    sh->decode_keys,  sh->decode_keys_sq,
+                                  sh->max_keys};
+    for (size_t i = 0; i < ARRAY_LEN(shape_cols); i++) {
+        ob_char(o, ',');
+        ob_i64(o, shape_cols[i]);
+    }
+    ob_char(o, ',');
+    ob_fixed(o, llround(st->flops / 1e6), 3); /* GFLOP */
+    ob_char(o, ',');
+    ob_fixed(o, llround(st->bytes / 1e6), 3); /* GB */
+    double secs = (double)st->duration_ns / 1e9;
+    ob_char(o, ',');
+    ob_fixed(o, m->opt.peak_flops > 0 && secs > 0 ? llround(st->flops / secs / m->opt.peak_flops * 1e4) : 0, 4);
+    ob_char(o, ',');
+    ob_fixed(o, m->opt.peak_bytes_s > 0 && secs > 0 ? llround(st->bytes / secs / m->opt.peak_bytes_s * 1e4) : 0, 4);
     ob_char(o, '\n');
 }
 
@@ -398,6 +419,10 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
     json_object_set_new(o, "mean_kv_token_usage", json_real(s->mean_kv_token_usage));
     json_object_set_new(o, "mean_batch_size", json_real(s->mean_batch_size));
     json_object_set_new(o, "prefix_cache_hit_rate", json_real(s->prefix_cache_hit_rate));
+    json_object_set_new(o, "total_flops", json_real(s->total_flops));
+    json_object_set_new(o, "total_bytes", json_real(s->total_bytes));
+    json_object_set_new(o, "mfu", isnan(s->mfu) ? json_null() : json_real(s->mfu));
+    json_object_set_new(o, "mbu", isnan(s->mbu) ? json_null() : json_real(s->mbu));
     return o;
 }
 
@@ -421,6 +446,8 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->mean_kv_usage = m->busy_ns > 0 ? m->kv_usage_time_sum / m->busy_ns : 0;
     s->mean_kv_token_usage = m->busy_ns > 0 ? m->kv_token_usage_time_sum / m->busy_ns : 0;
     s->mean_batch_size = s->num_steps ? m->batch_size_sum / s->num_steps : 0;
+    s->mfu = m->opt.peak_flops > 0 && s->busy_s > 0 ? s->total_flops / s->busy_s / m->opt.peak_flops : NAN;
+    s->mbu = m->opt.peak_bytes_s > 0 && s->busy_s > 0 ? s->total_bytes / s->busy_s / m->opt.peak_bytes_s : NAN;
     s->prefix_cache_hit_rate =
         m->admitted_prompt_tokens ? (double)m->cached_prompt_tokens / m->admitted_prompt_tokens : 0;
     if (out) *out = *s;
@@ -501,6 +528,8 @@ void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f)
     fprintf(f, "%-40s %-10.2f\n", "Mean batch size (requests):", s->mean_batch_size);
     fprintf(f, "%-40s %-10.3f\n", "Peak KV cache usage:", s->peak_kv_usage);
     fprintf(f, "%-40s %-10.3f\n", "GPU busy fraction:", s->busy_fraction);
+    if (!isnan(s->mfu)) fprintf(f, "%-40s %-10.3f\n", "Model FLOPs utilisation (MFU):", s->mfu);
+    if (!isnan(s->mbu)) fprintf(f, "%-40s %-10.3f\n", "Memory bandwidth utilisation (MBU):", s->mbu);
     if (s->prefix_cache_hit_rate > 0)
         fprintf(f, "%-40s %-10.3f\n", "Prefix cache hit rate:", s->prefix_cache_hit_rate);
     fprintf(f, "==============================================================\n");

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "batch.h"
 #include "request.h"
 #include "util.h"
 
@@ -34,6 +35,8 @@ typedef struct metrics_options {
     bool write_steps;       /* steps.csv (on by default in the CLI) */
     bool write_tokens;      /* tokens.csv: each finished request's generated token ids, when the
                                executor produced real tokens (the engine) */
+    double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
+    double peak_bytes_s;    /* its datasheet memory bandwidth, for MBU (0: not reported) */
 } metrics_options;
 
 typedef struct step_stats {
@@ -52,6 +55,8 @@ typedef struct step_stats {
                                partly filled blocks and reservations) */
     int32_t num_preemptions;
     int32_t num_swap_blocks; /* blocks swapped in + out */
+    step_shape shape;        /* what the step computed (core/batch.h) */
+    double flops, bytes;     /* its useful work (core/work.h); 0 when the model is not known */
 } step_stats;
 
 typedef struct latency_stats {
@@ -80,6 +85,9 @@ typedef struct metrics_summary {
     double peak_kv_token_usage; /* max over steps of stored tokens / (blocks x block size) */
     double mean_kv_token_usage; /* time-weighted */
     double mean_batch_size;    /* requests per step */
+    double total_flops, total_bytes; /* useful work of every step (core/work.h) */
+    double mfu, mbu;           /* achieved FLOP/s and bytes/s while busy over the GPU's peaks
+                                  (NAN when the peaks are not known) */
     double prefix_cache_hit_rate; /* cached prompt tokens / prompt tokens of admitted requests */
 } metrics_summary;
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "req_queue.h"
+#include "work.h"
 
 /* Requests are recycled through a free list so a long trace reuses the same few structs (and
  * their block tables) instead of allocating per request. */
@@ -290,7 +291,13 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             .num_swap_blocks = b.num_swap_in + b.num_swap_out,
             .kv_blocks_total = L.kv.num_blocks,
             .block_size = cfg->sched.block_size,
+            .shape = batch_shape(&b),
         };
+        if (cfg->model) {
+            step_work w = step_work_of(cfg->model, &st.shape);
+            st.flops = w.flops;
+            st.bytes = w.bytes;
+        }
         /* KV usage at its peak in the step, before finished requests release their blocks */
         st.kv_blocks_used = kv_num_used(&L.kv);
         st.kv_tokens = L.env.kv_tokens;

@@ -29,6 +29,7 @@
 #include "clock.h"
 #include "executor.h"
 #include "metrics.h"
+#include "model_config.h"
 #include "policy.h"
 
 typedef struct serve_config {
@@ -39,6 +40,7 @@ typedef struct serve_config {
     int32_t num_host_blocks; /* swap space in blocks; 0 = none */
     uint64_t seed;
     int64_t max_steps;       /* 0 = no limit; a guard for tests and sweeps */
+    const model_config *model; /* for each step's FLOP and byte counts (core/work.h); NULL: none */
 } serve_config;
 
 typedef struct serve_result {

@@ -59,12 +59,13 @@ typedef struct cost_model_ops {
      * cost_model_opts_default(). Returns NULL with e set on error. */
     void *(*create)(const model_config *mc, const gpu_spec *gpu, const cost_model_opts *opts,
                     terr *e);
-    /* Predicted duration of b in ns, swaps included. Must be > 0 for a non-empty batch; an
-     * empty batch with no swaps costs 0. */
-    int64_t (*step_ns)(void *self, const batch *b);
+    /* Predicted duration in ns of a step of this shape (core/batch.h: batch_shape), swaps
+     * included. Must be > 0 for a non-empty step; an empty one with no swaps costs 0. A step is
+     * predicted from its shape alone, so steps.csv's shape columns re-predict a measured step. */
+    int64_t (*step_ns)(void *self, const step_shape *s);
     void (*destroy)(void *self);
     /* Like step_ns, and fills bd with the parts that make up the time. May be NULL. */
-    int64_t (*explain)(void *self, const batch *b, cost_breakdown *bd);
+    int64_t (*explain)(void *self, const step_shape *s, cost_breakdown *bd);
 } cost_model_ops;
 
 const cost_model_ops *cost_model_find(const char *name); /* NULL if unknown */

@@ -160,32 +160,22 @@ static inline double gemm_part(const roofline *r, cost_breakdown *bd, const char
     return part(bd, name, compute, memory, r->kernel_min_s, times);
 }
 
-static int64_t roofline_cost(void *self, const batch *b, cost_breakdown *bd)
+static int64_t roofline_cost(void *self, const step_shape *b, cost_breakdown *bd)
 {
     const roofline *r = self;
     if (bd) *bd = (cost_breakdown){0};
-    int64_t swap_blocks = (int64_t)b->num_swap_in + b->num_swap_out;
+    int64_t swap_blocks = b->swap_blocks;
     if (b->num_items == 0 && swap_blocks == 0) return 0;
 
     double total = 0.0;
     if (b->num_items > 0) {
-        /* Exact integer sums over the items. Prefill: sum n (2c + n + 1) is twice the
-         * causal (query, key) pairs; sum (c + n) the keys read; sum n the queries. */
-        int64_t pf_pairs2 = 0, pf_keys = 0, pf_queries = 0, dec_keys = 0, num_dec = 0;
-        for (int32_t i = 0; i < b->num_items; i++) {
-            const sched_item *it = &b->items[i];
-            int64_t n = it->num_tokens, c = it->context_tokens;
-            if (it->is_decode) {
-                dec_keys += c + 1;
-                num_dec++;
-            } else {
-                pf_pairs2 += n * (2 * c + n + 1);
-                pf_keys += c + n;
-                pf_queries += n;
-            }
-        }
+        /* The shape's exact integer sums: prefill_pairs2 is twice the causal (query, key)
+         * pairs, prefill_keys the keys read, prefill_tokens the queries. */
+        int64_t pf_pairs2 = b->prefill_pairs2, pf_keys = b->prefill_keys, pf_queries = b->prefill_tokens;
+        int64_t dec_keys = b->decode_keys, num_dec = b->num_decode_seqs;
         /* padding rows (static batching) go through every GEMM and elementwise kernel */
-        double L = r->layers, T = (double)(b->num_tokens + b->num_padding_tokens), kmin = r->kernel_min_s;
+        double L = r->layers, T = (double)(b->prefill_tokens + b->decode_tokens + b->padding_tokens);
+        double kmin = r->kernel_min_s;
         for (int g = 0; g < NUM_GEMMS; g++)
             total += gemm_part(r, bd, gemm_names[g], &r->gemm[g], T, L);
         if (pf_queries > 0) {
@@ -235,9 +225,9 @@ static int64_t roofline_cost(void *self, const batch *b, cost_breakdown *bd)
     return ns > 0 ? ns : 1;
 }
 
-static int64_t roofline_step_ns(void *self, const batch *b) { return roofline_cost(self, b, NULL); }
+static int64_t roofline_step_ns(void *self, const step_shape *s) { return roofline_cost(self, s, NULL); }
 
-static int64_t roofline_explain(void *self, const batch *b, cost_breakdown *bd)
+static int64_t roofline_explain(void *self, const step_shape *b, cost_breakdown *bd)
 {
     return roofline_cost(self, b, bd);
 }

@@ -14,7 +14,8 @@ typedef struct sim_executor {
 static int sim_execute(void *self, const batch *b, step_result *out, terr *e)
 {
     sim_executor *s = self;
-    out->duration_ns = s->cm->step_ns(s->model, b);
+    step_shape shape = batch_shape(b);
+    out->duration_ns = s->cm->step_ns(s->model, &shape);
     out->sampled = NULL;
     return 0;
 }

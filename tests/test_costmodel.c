@@ -8,11 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/work.h"
 #include "sim/costmodel.h"
 #include "sim/kv_capacity.h"
 #include "sim/sim_executor.h"
 #include "sim/roofline.h"
 #include "tests/testutil.h"
+
+/* The roofline's prediction for a batch, through its shape as the simulator's executor does. */
+static int64_t predict(void *m, const batch *b)
+{
+    step_shape s = batch_shape(b);
+    return roofline_cost_model.step_ns(m, &s);
+}
+
+static int64_t explain(void *m, const batch *b, cost_breakdown *bd)
+{
+    step_shape s = batch_shape(b);
+    return roofline_cost_model.explain(m, &s, bd);
+}
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -65,7 +79,7 @@ static int64_t decode_ns(void *m, int batch_size, int ctx)
     batch b;
     batch_init(&b, batch_size);
     for (int i = 0; i < batch_size; i++) add_decode(&b, i, ctx);
-    int64_t ns = roofline_cost_model.step_ns(m, &b);
+    int64_t ns = predict(m, &b);
     batch_free(&b);
     return ns;
 }
@@ -75,7 +89,7 @@ static int64_t prefill_ns(void *m, int ctx, int n)
     batch b;
     batch_init(&b, 1);
     add_prefill(&b, 0, ctx, n, true);
-    int64_t ns = roofline_cost_model.step_ns(m, &b);
+    int64_t ns = predict(m, &b);
     batch_free(&b);
     return ns;
 }
@@ -83,7 +97,7 @@ static int64_t prefill_ns(void *m, int ctx, int n)
 static void print_breakdown(void *m, const batch *b, const char *what)
 {
     cost_breakdown bd;
-    roofline_cost_model.explain(m, b, &bd);
+    explain(m, b, &bd);
     fprintf(stderr, "%s:\n", what);
     cost_breakdown_print(&bd, stderr);
 }
@@ -433,9 +447,9 @@ START_TEST(test_padding_rows_cost_gemm_time)
     batch b;
     batch_init(&b, 1);
     add_prefill(&b, 0, 0, 4, true);
-    int64_t bare = roofline_cost_model.step_ns(m, &b);
+    int64_t bare = predict(m, &b);
     b.num_padding_tokens = 508;
-    int64_t padded = roofline_cost_model.step_ns(m, &b);
+    int64_t padded = predict(m, &b);
     int64_t real = prefill_ns(m, 0, 512);
     ck_assert_msg(padded > bare * 3 / 2, "padded %.2f ms vs bare %.2f ms", padded / 1e6, bare / 1e6);
     /* the real prefill also pays causal attention over 512 tokens: a little more */
@@ -454,7 +468,7 @@ START_TEST(test_swaps_cost_bytes_over_host_link)
     batch b;
     batch_init(&b, 4);
     add_decode(&b, 0, 100);
-    int64_t base = roofline_cost_model.step_ns(m, &b);
+    int64_t base = predict(m, &b);
     /* One 16-token block of Llama-2-7B is 8 MiB; at 55 GB/s that is 152.52 us. */
     double per_block_ns = 8388608.0 / 55e9 * 1e9;
     for (int k = 1; k <= 256; k *= 4) {
@@ -462,7 +476,7 @@ START_TEST(test_swaps_cost_bytes_over_host_link)
             if (i % 2) batch_add_swap_in(&b, i, i);
             else batch_add_swap_out(&b, i, i);
         }
-        int64_t t = roofline_cost_model.step_ns(m, &b);
+        int64_t t = predict(m, &b);
         double added = (double)(t - base), want = k * per_block_ns;
         ck_assert_msg(fabs(added - want) <= 1.0, "%d swapped blocks added %.0f ns, want %.0f", k,
                       added, want);
@@ -471,7 +485,7 @@ START_TEST(test_swaps_cost_bytes_over_host_link)
     /* Swaps alone (no forward pass) still cost their copies. */
     batch_clear(&b);
     batch_add_swap_in(&b, 0, 0);
-    ck_assert_msg(roofline_cost_model.step_ns(m, &b) >= (int64_t)per_block_ns,
+    ck_assert_msg(predict(m, &b) >= (int64_t)per_block_ns,
                   "a swap-only step costs less than its copy");
     batch_free(&b);
     roofline_cost_model.destroy(m);
@@ -484,16 +498,16 @@ START_TEST(test_breakdown_sums_to_step_and_empty_batch_is_free)
     void *m = make_roofline(&mc, gpu("h100-sxm"));
     batch b;
     batch_init(&b, 8);
-    ck_assert_msg(roofline_cost_model.step_ns(m, &b) == 0, "empty batch should cost 0");
+    ck_assert_msg(predict(m, &b) == 0, "empty batch should cost 0");
     add_prefill(&b, 0, 256, 300, false);
     add_prefill(&b, 1, 0, 100, true);
     for (int i = 2; i < 8; i++) add_decode(&b, i, 1000 * i);
     batch_add_swap_out(&b, 1, 1);
     cost_breakdown bd;
-    int64_t ns = roofline_cost_model.explain(m, &b, &bd);
+    int64_t ns = explain(m, &b, &bd);
     double sum = 0;
     for (int i = 0; i < bd.num_parts; i++) sum += bd.parts[i].time_s;
-    ck_assert_msg(ns == roofline_cost_model.step_ns(m, &b), "explain and step_ns disagree");
+    ck_assert_msg(ns == predict(m, &b), "explain and step_ns disagree");
     ck_assert_msg(llround(sum * 1e9) == ns && bd.num_parts == 13,
                   "%d parts sum to %.0f ns, step is %lld ns", bd.num_parts, sum * 1e9,
                   (long long)ns);
@@ -541,7 +555,7 @@ START_TEST(test_sim_executor_reports_cost_model_time)
     ck_assert_msg(r.sampled == NULL, "the simulator must not claim sampled tokens");
     /* The executor's model has 32-token blocks: its swap costs 16 MiB, one more 8 MiB block
      * than the 16-token default. */
-    int64_t ref = roofline_cost_model.step_ns(m, &b);
+    int64_t ref = predict(m, &b);
     double extra = 8388608.0 / 55e9 * 1e9;
     ck_assert_msg(fabs((double)(r.duration_ns - ref) - extra) <= 1.0,
                   "executor %lld ns vs model %lld ns with 16-token blocks; want +%.0f ns",
@@ -557,6 +571,34 @@ START_TEST(test_sim_executor_reports_cost_model_time)
     batch_free(&b);
     roofline_cost_model.destroy(m);
     ex.ops->destroy(ex.self);
+}
+END_TEST
+
+/* MFU and MBU stand on these counts: checked by hand for Llama-2-7B, one decode at context 999.
+ * Linear weights a layer: 4096 x 12288 (QKV) + 4096^2 (O) + 4096 x 22016 (gate/up) + 11008 x 4096
+ * (down) = 202,375,168; 32 layers: 6,476,005,376. KV: 2 x 32 x 4096 x 2 = 524,288 bytes a token. */
+START_TEST(test_step_work_counts_gemms_attention_and_head)
+{
+    model_config mc = load("llama-2-7b");
+    step_shape s = {.num_items = 1, .num_decode_seqs = 1, .num_emitting = 1, .decode_tokens = 1, .decode_keys = 1000,
+                    .decode_keys_sq = 1000000, .max_keys = 1000};
+    step_work w = step_work_of(&mc, &s);
+    double flops = 2.0 * 6476005376 + 32.0 * 4 * 1000 * 4096 + 2.0 * 4096 * 32000;
+    double bytes = 2.0 * 6476005376 + 2.0 * 4096 * 32000 + 1000.0 * 524288 + 524288;
+    ck_assert_msg(w.flops == flops, "decode flops %.0f, want %.0f", w.flops, flops);
+    ck_assert_msg(w.bytes == bytes, "decode bytes %.0f, want %.0f", w.bytes, bytes);
+    /* padding rows are not useful work: a padded step counts what the unpadded one does */
+    s.padding_tokens = 511;
+    step_work padded = step_work_of(&mc, &s);
+    ck_assert_msg(padded.flops == w.flops && padded.bytes == w.bytes, "padding counted as work");
+    /* a 512-token prompt from scratch: 512 x 513 causal pairs */
+    step_shape p = {.num_items = 1, .num_prefill_seqs = 1, .num_emitting = 1, .prefill_tokens = 512,
+                    .prefill_pairs2 = 512 * 513, .prefill_keys = 512, .max_keys = 512};
+    step_work pw = step_work_of(&mc, &p);
+    double pflops = 2.0 * 512 * 6476005376 + 32.0 * 2 * 512 * 513 * 4096 + 2.0 * 4096 * 32000;
+    ck_assert_msg(pw.flops == pflops, "prefill flops %.0f, want %.0f", pw.flops, pflops);
+    step_shape none = {0};
+    ck_assert(step_work_of(&mc, &none).flops == 0 && step_work_of(&mc, &none).bytes == 0);
 }
 END_TEST
 
@@ -587,6 +629,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_slower_gpus_predict_longer_steps);
     tcase_add_test(tc, test_sim_executor_reports_cost_model_time);
     tcase_add_test(tc, test_padding_rows_cost_gemm_time);
+    tcase_add_test(tc, test_step_work_counts_gemms_attention_and_head);
     suite_add_tcase(s, tc);
     return s;
 }
