@@ -23,6 +23,7 @@ static const command commands[] = {
     {NULL, "sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
     {"trace", "gen", trace_gen_main, "write a synthetic trace (tandem CSV): Poisson/Gamma arrivals"},
     {"trace", "stats", trace_stats_main, "summarise a trace: rates, burstiness, lengths, KV capacity, suggested budgets"},
+    {NULL, "profile", profile_main, "measure the engine's step times over a grid of shapes (a profile for sim)"},
     {NULL, "generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };
 

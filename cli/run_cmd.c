@@ -16,25 +16,20 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/serving.h"
 #include "engine/engine_executor.h"
 
 typedef struct run_options {
     serving_options serving;
-    char *backend;
-    int64_t weight_seed;
-    double temperature, top_p;
-    bool cuda_graphs;
+    engine_flags engine;
+    int64_t repeat;
 } run_options;
 
 #define O(f) offsetof(run_options, f)
-static const opt_spec engine_specs[] = {
+static const opt_spec run_own_specs[] = {
     {"gpu", OPT_STR, O(serving.gpu), "h200", "GPU whose memory sizes the KV cache (cuda backend; listed above)"},
-    {"backend", OPT_STR, O(backend), "cuda", "engine backend: cuda or cpu"},
-    {"weight-seed", OPT_I64, O(weight_seed), "0", "seed of synthetic weights (--model synthetic:NAME)"},
-    {"temperature", OPT_F64, O(temperature), "0", "sampling temperature (0: greedy)"},
-    {"top-p", OPT_F64, O(top_p), "1", "nucleus sampling"},
-    {"cuda-graphs", OPT_BOOL, O(cuda_graphs), "true", "replay decode steps from CUDA graphs"},
+    {"repeat", OPT_I64, O(repeat), "1", "serve the trace N times (outputs in --out/1 .. N), for the run-to-run spread"},
     OPT_END,
 };
 #undef O
@@ -47,9 +42,49 @@ static const opt_spec *run_option_specs(void)
     static const char *const skip[] = {"cost-model", "gpu", NULL};
     if (!table) {
         opts_join(&table, &n, serving_option_specs(), offsetof(run_options, serving), skip);
-        opts_join(&table, &n, engine_specs, 0, NULL);
+        opts_join(&table, &n, run_own_specs, 0, NULL);
+        opts_join(&table, &n, engine_flag_specs, offsetof(run_options, engine), NULL);
     }
     return table;
+}
+
+/* The metrics a repeat's spread is reported for: name in spread.json, and where it is. */
+#define SPREAD_METRICS(X)                                                                        \
+    X("output_throughput", output_throughput) X("mean_ttft_ms", ttft.mean)                      \
+        X("median_ttft_ms", ttft.median) X("p99_ttft_ms", ttft.p99) X("mean_tpot_ms", tpot.mean) \
+            X("median_tpot_ms", tpot.median) X("p99_tpot_ms", tpot.p99) X("mean_itl_ms", itl.mean) \
+                X("median_e2el_ms", e2el.median) X("p99_e2el_ms", e2el.p99)
+
+/* OUT/spread.json: each metric's mean, min, max and (max - min) / mean over the repeats; and a
+ * line each on stdout unless quiet. */
+static int write_spread(const char *out, const metrics_summary *runs, int64_t n, bool quiet, terr *e)
+{
+    json_t *root = json_object(), *by_metric = json_object();
+    json_object_set_new(root, "repeats", json_integer(n));
+    if (!quiet) printf("run-to-run spread over %lld repeats: (max - min) / mean\n", (long long)n);
+#define SPREAD(NAME, FIELD)                                                                         \
+    {                                                                                               \
+        double lo = runs[0].FIELD, hi = lo, sum = 0;                                                \
+        for (int64_t i = 0; i < n; i++) {                                                           \
+            double v = runs[i].FIELD;                                                               \
+            lo = v < lo ? v : lo, hi = v > hi ? v : hi, sum += v;                                   \
+        }                                                                                           \
+        double mean = sum / (double)n, rel = mean != 0 ? (hi - lo) / mean : 0;                      \
+        json_object_set_new(by_metric, NAME,                                                        \
+                            json_pack("{s:f, s:f, s:f, s:f}", "mean", mean, "min", lo, "max", hi,  \
+                                      "relative_spread", rel));                                     \
+        if (!quiet) printf("  %-20s %12.3f .. %-12.3f %6.2f%%\n", NAME, lo, hi, 100 * rel);          \
+    }
+    SPREAD_METRICS(SPREAD)
+#undef SPREAD
+    json_object_set_new(root, "metrics", by_metric);
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/spread.json", out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int rc = json_dump_file(root, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    json_decref(root);
+    if (rc || rename(tmp, path)) return terr_set(e, "%s: cannot write", path);
+    return 0;
 }
 
 int run_main(int argc, char **argv)
@@ -68,13 +103,22 @@ int run_main(int argc, char **argv)
     free(usage);
     engine eng = {0};
     bool opened = false;
-    executor ex = {0};
+    metrics_summary *runs = NULL;
+    char *out = o.serving.out ? xstrdup(o.serving.out) : NULL;
     if (rc == 1) {
         code = 0;
         goto done;
     }
     serving_setup su;
     if (rc || serving_resolve(&o.serving, &su, &e)) goto fail;
+    if (o.repeat < 1 || o.repeat > 1000) {
+        terr_set(&e, "--repeat: %lld is not in [1, 1000]", (long long)o.repeat);
+        goto fail;
+    }
+    if (o.repeat > 1 && !out) {
+        terr_set(&e, "--repeat %lld needs --out DIR (each repeat writes DIR/1, DIR/2, ...)", (long long)o.repeat);
+        goto fail;
+    }
     if (su.sched.preemption_mode == PREEMPT_SWAP) {
         terr_set(&e, "--preemption-mode swap: the engine cannot swap KV blocks to host memory yet");
         goto fail;
@@ -83,44 +127,41 @@ int run_main(int argc, char **argv)
         terr_set(&e, "--scheduling-policy static pads batches, which the engine does not run; simulate it");
         goto fail;
     }
-    engine_opts eo;
-    engine_opts_default(&eo);
-    eo.model = o.serving.model;
-    eo.backend = o.backend;
-    eo.weight_seed = (uint64_t)o.weight_seed;
-    eo.block_size = su.sched.block_size;
-    eo.max_tokens = su.sched.max_num_batched_tokens;
-    eo.max_seqs = su.sched.max_num_seqs;
-    eo.max_model_len = su.sched.max_model_len;
-    eo.cuda_graphs = o.cuda_graphs;
-    /* the GPU gets what vLLM's memory accounting gives; the CPU reference what the batch needs */
-    bool cpu = strcmp(o.backend, "cpu") == 0;
-    eo.num_blocks = o.serving.num_gpu_blocks_override ? (int32_t)o.serving.num_gpu_blocks_override
-                    : cpu                         ? 0
-                                                  : (int32_t)su.kv.num_blocks;
-    int erc = engine_open(&eng, &eo, &e);
-    if (erc) {
-        code = erc == ENGINE_ERR_DEVICE ? 1 : 2;
-        goto fail;
-    }
+    if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
     opened = true;
-    su.kv.num_blocks = eng.opts.num_blocks;
-    if (engine_executor_create(&ex, &eng, o.temperature, o.top_p, (uint64_t)o.serving.seed, &e)) goto fail;
-    tclock clock;
-    tclock_init_wall(&clock);
-    metrics_summary sum;
-    code = serving_replay(&o.serving, &su, ex, &clock, &sum, &e);
-    if (code) goto fail;
+    code = 2;
+    runs = xcalloc((size_t)o.repeat, sizeof *runs);
+    for (int64_t k = 0; k < o.repeat; k++) {
+        executor ex;
+        if (engine_executor_create(&ex, &eng, o.engine.temperature, o.engine.top_p, (uint64_t)o.serving.seed, &e))
+            goto fail;
+        if (o.repeat > 1) {
+            char dir[4200];
+            snprintf(dir, sizeof dir, "%s/%lld", out, (long long)k + 1);
+            free(o.serving.out);
+            o.serving.out = xstrdup(dir);
+        }
+        tclock clock;
+        tclock_init_wall(&clock);
+        code = serving_replay(&o.serving, &su, ex, &clock, &runs[k], &e);
+        ex.ops->destroy(ex.self);
+        if (code) goto fail;
+    }
     if (!o.serving.quiet) {
         char what[96];
         snprintf(what, sizeof what, "measured, %s engine", eng.ops->name);
-        metrics_print_summary(&sum, what, stdout);
+        metrics_print_summary(&runs[o.repeat - 1], what, stdout);
+    }
+    if (o.repeat > 1 && write_spread(out, runs, o.repeat, o.serving.quiet, &e)) {
+        code = 1;
+        goto fail;
     }
     goto done;
 fail:
     fprintf(stderr, "tandem run: %s\n", e.msg);
 done:
-    if (ex.ops) ex.ops->destroy(ex.self);
+    free(runs);
+    free(out);
     if (opened) engine_close(&eng);
     opts_free(specs, &o);
     serving_options_free(&o.serving);

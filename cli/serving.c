@@ -22,6 +22,7 @@ static const opt_spec serving_own_specs[] = {
     {"model", OPT_STR, O(model), "llama-2-7b", "shipped model name, config.json, or checkpoint dir"},
     {"gpu", OPT_STR, O(gpu), "h200", "GPU (listed above)"},
     {"cost-model", OPT_STR, O(cost_model), "roofline", "how step times are predicted (listed above)"},
+    {"force-profile", OPT_BOOL, O(force_profile), "false", "use a profile:FILE measured for another model, GPU or block size (flagged in summary.json)"},
     {"scheduling-policy", OPT_STR, O(scheduling_policy), "vllm", "scheduling policy (listed above)"},
     {"max-num-seqs", OPT_I64, O(max_num_seqs), "1024", "running requests at most"},
     {"max-num-batched-tokens", OPT_I64, O(max_num_batched_tokens), "8192", "tokens per step at most"},
@@ -158,6 +159,7 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     if (resolve_model_gpu(o, su, e)) return -1;
     if (!(su->cost_model = cost_model_find(o->cost_model)))
         return terr_unknown(e, "cost-model", "cost model", o->cost_model, cost_model_list);
+    su->cost_model_arg = cost_model_arg(o->cost_model);
     if (!(su->policy = policy_find(o->scheduling_policy)))
         return terr_unknown(e, "scheduling-policy", "policy", o->scheduling_policy, policy_list);
     if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
@@ -268,6 +270,8 @@ int serving_simulate(const serving_options *o, const serving_setup *su, metrics_
     executor ex;
     cost_model_opts cmo = cost_model_opts_default();
     cmo.block_size = su->sched.block_size;
+    cmo.arg = su->cost_model_arg;
+    cmo.force = o->force_profile;
     if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) return 2;
     tclock clock;
     tclock_init_sim(&clock);
@@ -318,10 +322,13 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         src = (arrival_source){relabel_next, &rl};
     }
     if (serve_run(&sc, src, ex, clock, m, NULL, &res, e)) code = 2;
+    json_t *report = !code && ex.ops->report ? ex.ops->report(ex.self) : NULL;
     if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
-        if (metrics_finish(m, config_json(o, su, trace_format_name(tr)), out, e)) code = 1;
+        json_t *cfg = config_json(o, su, trace_format_name(tr));
+        if (report) json_object_set_new(cfg, "executor", report);
+        if (metrics_finish(m, cfg, out, e)) code = 1;
     }
     metrics_free(m);
     trace_close(tr);

@@ -34,7 +34,7 @@ typedef struct serving_options {
         long_prefill_token_threshold, seed, max_requests, max_steps;
     double gpu_memory_utilization, swap_space, time_scale;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
-        requests, steps, tokens, quiet;
+        requests, steps, tokens, quiet, force_profile;
     policy_knobs knobs; /* every policy's own knobs (--chunk-size, ...) */
 } serving_options;
 
@@ -54,6 +54,7 @@ typedef struct serving_setup {
     model_config model;
     const gpu_spec *gpu;
     const cost_model_ops *cost_model;
+    const char *cost_model_arg;   /* ARG of --cost-model NAME:ARG (points into the options) */
     const policy_ops *policy;
     const void *policy_knobs;     /* the policy's part of serving_options.knobs (NULL: none) */
     sched_config sched;

@@ -9,6 +9,7 @@
 #ifndef TANDEM_EXECUTOR_H
 #define TANDEM_EXECUTOR_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "batch.h"
@@ -28,6 +29,9 @@ typedef struct executor_ops {
      * per-request state. May be NULL. */
     void (*release)(void *self, const request *r);
     void (*destroy)(void *self);
+    /* What summary.json should record about how steps were timed (config.executor), a new
+     * JSON object. May be NULL. */
+    json_t *(*report)(void *self);
 } executor_ops;
 
 typedef struct executor {

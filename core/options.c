@@ -167,6 +167,16 @@ void opts_join(opt_spec **dst, size_t *n, const opt_spec *src, size_t base, cons
     }
 }
 
+void opts_pick(opt_spec **dst, size_t *n, const opt_spec *src, size_t base, const char *const *keep)
+{
+    for (const char *const *k = keep; *k; k++) {
+        const opt_spec *s = opts_find(src, *k);
+        assert(s && "opts_pick: no such option");
+        opt_spec one[2] = {*s, OPT_END};
+        opts_join(dst, n, one, base, NULL);
+    }
+}
+
 json_t *opts_to_json(const opt_spec *specs, const void *src)
 {
     json_t *o = json_object();

@@ -53,5 +53,7 @@ size_t opts_count(const opt_spec *specs);
  * xrealloc), their offsets shifted by `base` (where src's struct sits inside dst's), leaving out
  * the names in `skip` (NULL-terminated; NULL skips none) and names already in *dst. */
 void opts_join(opt_spec **dst, size_t *n, const opt_spec *src, size_t base, const char *const *skip);
+/* The same, taking only the names in `keep` (NULL-terminated), in keep's order. */
+void opts_pick(opt_spec **dst, size_t *n, const opt_spec *src, size_t base, const char *const *keep);
 
 #endif

@@ -8,23 +8,38 @@
 #include <string.h>
 
 #include "sim/costmodel.h"
+#include "sim/profile_model.h"
 #include "sim/roofline.h"
 
 static const cost_model_ops *const cost_models[] = {
     &roofline_cost_model,
+    &profile_cost_model,
 };
 
-const cost_model_ops *cost_model_find(const char *name)
+const cost_model_ops *cost_model_find(const char *spec)
 {
-    for (size_t i = 0; i < ARRAY_LEN(cost_models); i++)
-        if (strcmp(cost_models[i]->name, name) == 0) return cost_models[i];
+    const char *colon = strchr(spec, ':');
+    size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+    for (size_t i = 0; i < ARRAY_LEN(cost_models); i++) {
+        const cost_model_ops *m = cost_models[i];
+        if (strlen(m->name) == len && !strncmp(m->name, spec, len) && m->takes_arg == (colon != NULL)) return m;
+    }
     return NULL;
+}
+
+const char *cost_model_arg(const char *spec)
+{
+    const char *colon = strchr(spec, ':');
+    return colon ? colon + 1 : NULL;
 }
 
 void cost_model_list(FILE *f)
 {
-    for (size_t i = 0; i < ARRAY_LEN(cost_models); i++)
-        fprintf(f, "  %-10s %s\n", cost_models[i]->name, cost_models[i]->summary);
+    for (size_t i = 0; i < ARRAY_LEN(cost_models); i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", cost_models[i]->name, cost_models[i]->takes_arg ? ":FILE" : "");
+        fprintf(f, "  %-14s %s\n", name, cost_models[i]->summary);
+    }
 }
 
 cost_model_opts cost_model_opts_default(void)

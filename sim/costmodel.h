@@ -15,6 +15,8 @@
 #ifndef TANDEM_COSTMODEL_H
 #define TANDEM_COSTMODEL_H
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -29,6 +31,8 @@
 typedef struct cost_model_opts {
     int32_t block_size;     /* tokens per KV block */
     int32_t kv_dtype_bytes; /* bytes per KV element */
+    const char *arg;        /* what follows NAME: in --cost-model NAME:ARG (profile: its file) */
+    bool force;             /* accept a profile measured for another model, GPU or block size */
 } cost_model_opts;
 
 /* vLLM's defaults: KV_DEFAULT_BLOCK_SIZE-token blocks, 2-byte KV. */
@@ -66,9 +70,17 @@ typedef struct cost_model_ops {
     void (*destroy)(void *self);
     /* Like step_ns, and fills bd with the parts that make up the time. May be NULL. */
     int64_t (*explain)(void *self, const step_shape *s, cost_breakdown *bd);
+    /* What summary.json should say about this model's run (e.g. a profile's file and how many
+     * steps it extrapolated), a new JSON object. May be NULL. */
+    json_t *(*report)(void *self);
+    bool takes_arg;         /* named as NAME:ARG */
 } cost_model_ops;
 
-const cost_model_ops *cost_model_find(const char *name); /* NULL if unknown */
+/* The model `spec` names: "NAME" or "NAME:ARG" for a model that takes an argument. NULL if
+ * unknown. */
+const cost_model_ops *cost_model_find(const char *spec);
+/* ARG of "NAME:ARG", or NULL. */
+const char *cost_model_arg(const char *spec);
 void cost_model_list(FILE *f);                          /* valid names with summaries */
 
 #endif

@@ -27,11 +27,18 @@ static void sim_destroy(void *self)
     free(s);
 }
 
+static json_t *sim_report(void *self)
+{
+    sim_executor *s = self;
+    return s->cm->report ? s->cm->report(s->model) : json_pack("{s:s}", "cost_model", s->cm->name);
+}
+
 static const executor_ops sim_executor_ops = {
     .name = "sim",
     .execute = sim_execute,
     .release = NULL,
     .destroy = sim_destroy,
+    .report = sim_report,
 };
 
 int sim_executor_create(executor *ex, const cost_model_ops *cm, const model_config *mc,

@@ -1,0 +1,355 @@
+/*
+ * profile_cmd.c: `tandem profile`: the engine's step time measured over a grid of step shapes
+ * that covers what a scheduler produces, written as a profile file that the simulator's
+ * `profile` cost model (sim/profile_model.h) learns from.
+ *
+ * The grid, within the run's budgets (--max-num-seqs, --max-num-batched-tokens, --max-model-len)
+ * and the KV cache the engine gets (sized exactly as `tandem run` sizes it):
+ *   prefill   one prompt of 16 .. max_num_batched_tokens tokens from scratch; chunks of 512 and
+ *             2048 after 1024 and 4096 cached tokens; 2, 4 and 8 prompts of 256 tokens;
+ *   decode    1 .. max_num_seqs sequences (1, 2, 3, 4, 6, 8, 12, 16, ... 1.5x apart) at contexts
+ *             128 .. 8192 (doubling, and max_model_len - 1 where that is less), every sequence at
+ *             the same context; and 8, 32 and 128 sequences of which half are at 128 tokens and
+ *             half at 4096 (uneven contexts);
+ *   mixed     1, 8, 32 or 128 decodes at 1024 tokens beside one prefill chunk of 16 .. 2048.
+ * (Contexts shrink to fit a short max_model_len.)
+ * Each point is a batch of made-up requests whose block tables come from a block manager over
+ * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
+ * all), `--warmup` times untimed and `--repeats` times timed; the file keeps the median, the
+ * 10th and 90th percentiles, min and max. The context's KV is whatever the cache holds (a
+ * step's time does not depend on the values).
+ *
+ * Output (--out FILE, written to FILE.tmp and renamed when complete): `#` lines of provenance
+ * (model, GPU row, device and driver as nvidia-smi reports them, backend, options, tandem's
+ * version, date, the command), then CSV, one row per point:
+ *   kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,
+ *   prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,
+ *   p90_ms,min_ms,max_ms
+ * The shape columns are core/batch.h's step_shape, as steps.csv writes them.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "cli/serving.h"
+#include "cli/version.h"
+#include "core/kv.h"
+#include "core/stats.h"
+#include "engine/engine_executor.h"
+
+typedef struct profile_options {
+    serving_options serving;
+    engine_flags engine;
+    int64_t repeats, warmup;
+    char *profile_out;
+} profile_options;
+
+#define O(f) offsetof(profile_options, f)
+static const opt_spec profile_own_specs[] = {
+    {"out", OPT_STR, O(profile_out), "", "profile file to write (required)"},
+    {"repeats", OPT_I64, O(repeats), "5", "timed steps per grid point"},
+    {"warmup", OPT_I64, O(warmup), "2", "untimed steps per grid point before them"},
+    OPT_END,
+};
+#undef O
+
+static const opt_spec *profile_option_specs(void)
+{
+    static opt_spec *table;
+    static size_t n;
+    static const char *const serving_keep[] = {"model", "gpu", "block-size", "max-num-seqs", "max-num-batched-tokens",
+                                               "max-model-len", "gpu-memory-utilization", "num-gpu-blocks-override",
+                                               "quiet", NULL};
+    static const char *const engine_keep[] = {"backend", "weight-seed", "cuda-graphs", NULL};
+    if (!table) {
+        opts_pick(&table, &n, serving_option_specs(), offsetof(profile_options, serving), serving_keep);
+        opts_pick(&table, &n, engine_flag_specs, offsetof(profile_options, engine), engine_keep);
+        opts_join(&table, &n, profile_own_specs, 0, NULL);
+    }
+    return table;
+}
+
+/* One grid point: n_prefill prompt chunks of `chunk` tokens after `chunk_ctx` cached ones, and
+ * decodes: n_short at ctx_short and n_long at ctx_long cached tokens. */
+typedef struct grid_point {
+    const char *kind;
+    int32_t n_prefill, chunk, chunk_ctx;
+    int32_t n_short, ctx_short, n_long, ctx_long;
+} grid_point;
+
+typedef struct grid {
+    grid_point *p;
+    size_t n, cap;
+    int32_t max_seqs, max_tokens, max_len, block_size;
+    int64_t num_blocks;
+} grid;
+
+static int64_t blocks_for(const grid *g, int64_t tokens) { return (tokens + g->block_size - 1) / g->block_size; }
+
+/* Adds p if it fits the budgets and the KV cache. */
+static void grid_add(grid *g, grid_point p)
+{
+    int32_t seqs = p.n_prefill + p.n_short + p.n_long;
+    int64_t tokens = (int64_t)p.n_prefill * p.chunk + p.n_short + p.n_long;
+    int64_t blocks = p.n_prefill * blocks_for(g, (int64_t)p.chunk_ctx + p.chunk) +
+                     p.n_short * blocks_for(g, (int64_t)p.ctx_short + 1) + p.n_long * blocks_for(g, (int64_t)p.ctx_long + 1);
+    int32_t longest = max_i32(p.n_prefill ? p.chunk_ctx + p.chunk : 0, max_i32(p.n_short ? p.ctx_short + 1 : 0,
+                                                                              p.n_long ? p.ctx_long + 1 : 0));
+    if (seqs < 1 || seqs > g->max_seqs || tokens > g->max_tokens || longest > g->max_len || blocks > g->num_blocks)
+        return;
+    grow_array((void **)&g->p, sizeof *g->p, &g->cap, g->n + 1);
+    g->p[g->n++] = p;
+}
+
+static void grid_build(grid *g)
+{
+    static const int32_t chunks[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+    for (size_t i = 0; i < ARRAY_LEN(chunks); i++)
+        grid_add(g, (grid_point){.kind = "prefill", .n_prefill = 1, .chunk = chunks[i]});
+    static const int32_t later[][2] = {{512, 1024}, {2048, 1024}, {512, 4096}, {2048, 4096}};
+    for (size_t i = 0; i < ARRAY_LEN(later); i++)
+        grid_add(g, (grid_point){.kind = "prefill", .n_prefill = 1, .chunk = later[i][0], .chunk_ctx = later[i][1]});
+    for (int32_t k = 2; k <= 8; k *= 2) grid_add(g, (grid_point){.kind = "prefill", .n_prefill = k, .chunk = 256});
+
+    static const int32_t seqs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024};
+    /* contexts 128, 256, ... below max_model_len, and the longest a decode can have */
+    int32_t longest = g->max_len - 1;
+    for (int32_t ctx = 128, last = 0; last < longest; ctx *= 2) {
+        last = min_i32(ctx, longest);
+        for (size_t i = 0; i < ARRAY_LEN(seqs) && seqs[i] < g->max_seqs; i++)
+            grid_add(g, (grid_point){.kind = "decode", .n_short = seqs[i], .ctx_short = last});
+        grid_add(g, (grid_point){.kind = "decode", .n_short = g->max_seqs, .ctx_short = last});
+        if (ctx >= 8192) break;
+    }
+    int32_t short_ctx = min_i32(128, g->max_len / 4), long_ctx = min_i32(4096, longest);
+    static const int32_t uneven[] = {8, 32, 128};
+    for (size_t i = 0; i < ARRAY_LEN(uneven); i++)
+        grid_add(g, (grid_point){.kind = "decode", .n_short = uneven[i] / 2, .ctx_short = short_ctx,
+                                 .n_long = uneven[i] / 2, .ctx_long = long_ctx});
+
+    static const int32_t mixed_dec[] = {1, 8, 32, 128}, mixed_chunk[] = {16, 128, 512, 2048};
+    int32_t mixed_ctx = min_i32(1024, g->max_len / 2);
+    for (size_t i = 0; i < ARRAY_LEN(mixed_dec); i++)
+        for (size_t j = 0; j < ARRAY_LEN(mixed_chunk); j++)
+            grid_add(g, (grid_point){.kind = "mixed", .n_prefill = 1, .chunk = mixed_chunk[j], .n_short = mixed_dec[i],
+                                     .ctx_short = mixed_ctx});
+}
+
+/* Sets r up as a request whose next `n` tokens after `ctx` cached ones are this step's: a
+ * prompt chunk (decode false) or a decode (one token after a prompt of ctx). */
+static int make_item(kv_manager *kv, request *r, int64_t id, int32_t ctx, int32_t n, bool decode, batch *b)
+{
+    request_reset(r);
+    r->id = id;
+    r->prompt_tokens = decode ? ctx : ctx + n;
+    r->num_output_tokens = decode ? 1 : 0;
+    r->max_output_tokens = 1 << 20;
+    r->num_computed_tokens = ctx;
+    if (!kv_allocate_slots(kv, r, (int64_t)ctx + n)) return -1;
+    batch_add(b, r, n);
+    return 0;
+}
+
+typedef struct measured {
+    double median, p10, p90, min, max; /* ms */
+} measured;
+
+/* Builds p's batch, runs it warmup + repeats times, and frees its blocks. */
+static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const grid_point *p, int64_t warmup,
+                   int64_t repeats, step_shape *shape, measured *m, terr *e)
+{
+    batch_clear(b);
+    int32_t k = 0;
+    int rc = 0;
+    for (int32_t i = 0; i < p->n_short && !rc; i++, k++) rc = make_item(kv, &reqs[k], k, p->ctx_short, 1, true, b);
+    for (int32_t i = 0; i < p->n_long && !rc; i++, k++) rc = make_item(kv, &reqs[k], k, p->ctx_long, 1, true, b);
+    for (int32_t i = 0; i < p->n_prefill && !rc; i++, k++)
+        rc = make_item(kv, &reqs[k], k, p->chunk_ctx, p->chunk, false, b);
+    if (rc) {
+        rc = terr_set(e, "profile: the KV cache ran out building a %s point (a grid bug)", p->kind);
+    } else {
+        *shape = batch_shape(b);
+        samples s = {0};
+        for (int64_t i = 0; i < warmup + repeats && !rc; i++) {
+            step_result out;
+            rc = ex.ops->execute(ex.self, b, &out, e);
+            if (!rc && i >= warmup) samples_add(&s, (double)out.duration_ns / 1e6);
+        }
+        if (!rc) {
+            *m = (measured){samples_percentile(&s, 50), samples_percentile(&s, 10), samples_percentile(&s, 90),
+                            samples_percentile(&s, 0), samples_percentile(&s, 100)};
+        }
+        samples_free(&s);
+    }
+    for (int32_t i = 0; i < k; i++) {
+        if (ex.ops->release) ex.ops->release(ex.self, &reqs[i]);
+        kv_free_request(kv, &reqs[i]);
+    }
+    return rc;
+}
+
+/* "NVIDIA H200, 580.95.05, 1980 MHz, 1980 MHz" from nvidia-smi, or "unknown". */
+static void device_line(const char *backend, char *buf, size_t size)
+{
+    snprintf(buf, size, "unknown");
+    if (strcmp(backend, "cuda") != 0) {
+        snprintf(buf, size, "cpu (the reference backend)");
+        return;
+    }
+    FILE *f = popen("nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader "
+                    "2>/dev/null | head -1",
+                    "r");
+    if (!f) return;
+    if (fgets(buf, (int)size, f)) buf[strcspn(buf, "\n")] = 0;
+    if (!buf[0]) snprintf(buf, size, "unknown");
+    pclose(f);
+}
+
+static void write_header(FILE *f, const profile_options *o, const serving_setup *su, const engine *eng,
+                         const grid *g, int argc, char **argv)
+{
+    char device[256], date[64];
+    device_line(o->engine.backend, device, sizeof device);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fprintf(f, "# tandem profile 1\n");
+    fprintf(f, "# model: %s\n", su->model.name);
+    fprintf(f, "# model_spec: %s\n", o->serving.model);
+    fprintf(f, "# gpu: %s\n", su->gpu->name);
+    fprintf(f, "# device: %s\n", device);
+    fprintf(f, "# backend: %s\n", eng->ops->name);
+    fprintf(f, "# cuda_graphs: %s\n", o->engine.cuda_graphs ? "on" : "off");
+    fprintf(f, "# block_size: %d\n", su->sched.block_size);
+    fprintf(f, "# num_gpu_blocks: %lld\n", (long long)g->num_blocks);
+    fprintf(f, "# max_num_seqs: %d\n", g->max_seqs);
+    fprintf(f, "# max_num_batched_tokens: %d\n", g->max_tokens);
+    fprintf(f, "# max_model_len: %d\n", g->max_len);
+    fprintf(f, "# weight_seed: %lld\n", (long long)o->engine.weight_seed);
+    fprintf(f, "# repeats: %lld\n# warmup: %lld\n", (long long)o->repeats, (long long)o->warmup);
+    fprintf(f, "# tandem: %s\n", tandem_version);
+    fprintf(f, "# date: %s\n", date);
+    fprintf(f, "# command: tandem");
+    for (int i = 0; i < argc; i++) fprintf(f, " %s", argv[i]);
+    fprintf(f, "\nkind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"
+               "prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms\n");
+}
+
+static const char *usage =
+    "usage: tandem profile --model DIR|synthetic:NAME --out FILE [--backend cuda|cpu] [options]\n\n"
+    "Measures the engine's step time over a grid of prefill, decode and mixed steps within the\n"
+    "budgets, exactly as `tandem run` takes steps, and writes a profile that\n"
+    "`tandem sim --cost-model profile:FILE` predicts step times from.";
+
+int profile_main(int argc, char **argv)
+{
+    const opt_spec *specs = profile_option_specs();
+    profile_options o = {0};
+    serving_options_defaults(&o.serving);
+    opts_defaults(specs, &o);
+    terr e = {{0}};
+    int code = 2, rc = opts_parse(specs, &o, argc, argv, NULL, usage, &e);
+    engine eng = {0};
+    bool opened = false;
+    executor ex = {0};
+    grid g = {0};
+    kv_manager kv = {0};
+    bool kv_ready = false;
+    request *reqs = NULL;
+    batch b = {0};
+    FILE *f = NULL;
+    char tmp[4200] = "";
+    if (rc == 1) {
+        code = 0;
+        goto done;
+    }
+    serving_setup su;
+    if (rc || serving_resolve_capacity(&o.serving, &su, &e)) goto fail;
+    if (!o.profile_out) {
+        terr_set(&e, "--out FILE is required (see --help)");
+        goto fail;
+    }
+    if (o.repeats < 1 || o.repeats > 1000 || o.warmup < 0 || o.warmup > 1000) {
+        terr_set(&e, "--repeats must be in [1, 1000] and --warmup in [0, 1000]");
+        goto fail;
+    }
+    su.sched.max_num_seqs = (int32_t)o.serving.max_num_seqs;
+    su.sched.max_num_batched_tokens = (int32_t)o.serving.max_num_batched_tokens;
+    if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
+    opened = true;
+    code = 2;
+    if (engine_executor_create(&ex, &eng, 0, 1, 0, &e)) goto fail;
+    g = (grid){.max_seqs = su.sched.max_num_seqs, .max_tokens = su.sched.max_num_batched_tokens,
+               .max_len = su.sched.max_model_len, .block_size = su.sched.block_size, .num_blocks = su.kv.num_blocks};
+    grid_build(&g);
+    if (g.n == 0) {
+        terr_set(&e, "no grid point fits these budgets and %lld KV blocks", (long long)g.num_blocks);
+        goto fail;
+    }
+    kv_init(&kv, (int32_t)su.kv.num_blocks, su.sched.block_size, false);
+    kv_ready = true;
+    reqs = xcalloc((size_t)g.max_seqs + 1, sizeof *reqs);
+    batch_init(&b, g.max_seqs + 1);
+    snprintf(tmp, sizeof tmp, "%s.tmp", o.profile_out);
+    if (!(f = fopen(tmp, "w"))) {
+        terr_set(&e, "--out: cannot create %s: %s", tmp, strerror(errno));
+        code = 1;
+        goto fail;
+    }
+    write_header(f, &o, &su, &eng, &g, argc, argv);
+    for (size_t i = 0; i < g.n; i++) {
+        step_shape s = {0};
+        measured m = {0};
+        if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.repeats, &s, &m, &e)) {
+            code = 1;
+            goto fail;
+        }
+        fprintf(f, "%s,%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f\n", g.p[i].kind,
+                s.num_prefill_seqs, s.num_decode_seqs, s.num_emitting, (long long)s.prefill_tokens,
+                (long long)s.decode_tokens, (long long)s.prefill_pairs2, (long long)s.prefill_keys,
+                (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys, (long long)o.repeats, m.median, m.p10,
+                m.p90, m.min, m.max);
+        if (!o.serving.quiet && isatty(fileno(stderr)))
+            fprintf(stderr, "\rprofile: %zu/%zu points", i + 1, g.n);
+    }
+    if (!o.serving.quiet && isatty(fileno(stderr))) fprintf(stderr, "\n");
+    if (ferror(f) | fclose(f)) {
+        f = NULL;
+        terr_set(&e, "--out: cannot write %s", tmp);
+        code = 1;
+        goto fail;
+    }
+    f = NULL;
+    if (rename(tmp, o.profile_out)) {
+        terr_set(&e, "--out: cannot rename %s to %s: %s", tmp, o.profile_out, strerror(errno));
+        code = 1;
+        goto fail;
+    }
+    if (!o.serving.quiet)
+        printf("profile: %zu points of %s on the %s engine (%lld KV blocks) -> %s\n", g.n, su.model.name,
+               eng.ops->name, (long long)g.num_blocks, o.profile_out);
+    code = 0;
+    goto done;
+fail:
+    fprintf(stderr, "tandem profile: %s\n", e.msg);
+    if (f) fclose(f);
+    if (tmp[0]) remove(tmp);
+done:
+    batch_free(&b);
+    if (reqs)
+        for (int32_t i = 0; i <= g.max_seqs; i++) request_free_buffers(&reqs[i]);
+    free(reqs);
+    if (kv_ready) kv_destroy(&kv);
+    free(g.p);
+    if (ex.ops) ex.ops->destroy(ex.self);
+    if (opened) engine_close(&eng);
+    opts_free(specs, &o);
+    serving_options_free(&o.serving);
+    return code;
+}

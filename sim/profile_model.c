@@ -1,0 +1,327 @@
+/* profile_model.c: see profile_model.h. */
+#include "sim/profile_model.h"
+
+#include <errno.h>
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_multifit.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+/* The linear terms after G's knots, in this order. */
+enum { F_DECODE_KEYS, F_DECODE_SEQS, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING, F_DECODE_ONLY, F_MIXED, NUM_LINEAR };
+static const char *const linear_names[NUM_LINEAR] = {"decode_keys", "decode_seqs", "prefill_pairs2", "prefill_keys",
+                                                     "emitting", "decode_only", "mixed"};
+/* Columns of a profile row, by name. */
+static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
+                                      "decode_tokens", "prefill_pairs2", "prefill_keys", "decode_keys",
+                                      "decode_keys_sq", "max_keys", "repeats", "median_ms", "p10_ms", "p90_ms",
+                                      "min_ms", "max_ms"};
+#define NUM_COLUMNS ((int)ARRAY_LEN(columns))
+#define MAX_POINTS 100000
+#define MAX_KNOTS 256
+
+typedef struct point {
+    step_shape s;
+    double ms; /* the median */
+} point;
+
+typedef struct profile_model {
+    char path[1024];
+    char model[128], gpu[64], device[256], tandem[64];
+    int32_t block_size;
+    bool forced;
+    char mismatch[512];       /* what differs, when forced */
+    int32_t num_knots;
+    double knot[MAX_KNOTS];   /* token counts, ascending */
+    double coef[MAX_KNOTS + NUM_LINEAR]; /* ms: G at each knot, then the linear terms */
+    double max_decode_keys, max_prefill_pairs2, max_prefill_keys;
+    int32_t num_points;
+    double fit_median_abs_error, fit_max_abs_error; /* relative, over the profile's own points */
+    int64_t steps, extrapolated;
+} profile_model;
+
+static double tokens_of(const step_shape *s) { return (double)(s->prefill_tokens + s->decode_tokens); }
+
+/* The row of the design matrix for s: G's hat functions (linear extrapolation past the end
+ * knots), then the linear terms. *outside says whether T lies outside the knots. */
+static void features(const profile_model *pm, const step_shape *s, double *x, bool *outside)
+{
+    int32_t K = pm->num_knots;
+    for (int32_t k = 0; k < K; k++) x[k] = 0;
+    double T = tokens_of(s);
+    if (K == 1) {
+        x[0] = 1;
+    } else {
+        int32_t j = 0; /* the segment [knot j, knot j+1] that T is in, or the end one it is past */
+        while (j < K - 2 && T > pm->knot[j + 1]) j++;
+        double a = (T - pm->knot[j]) / (pm->knot[j + 1] - pm->knot[j]);
+        x[j] = 1 - a;
+        x[j + 1] = a;
+    }
+    if (outside) *outside = T < pm->knot[0] || T > pm->knot[K - 1];
+    double *l = x + K;
+    l[F_DECODE_KEYS] = (double)s->decode_keys;
+    l[F_DECODE_SEQS] = s->num_decode_seqs;
+    l[F_PREFILL_PAIRS2] = (double)s->prefill_pairs2;
+    l[F_PREFILL_KEYS] = (double)s->prefill_keys;
+    l[F_EMITTING] = s->num_emitting;
+    l[F_DECODE_ONLY] = s->num_decode_seqs > 0 && s->num_prefill_seqs == 0;
+    l[F_MIXED] = s->num_decode_seqs > 0 && s->num_prefill_seqs > 0;
+}
+
+static double predict_ms(const profile_model *pm, const step_shape *s, bool *outside)
+{
+    double x[MAX_KNOTS + NUM_LINEAR];
+    features(pm, s, x, outside);
+    double ms = 0;
+    for (int32_t i = 0; i < pm->num_knots + NUM_LINEAR; i++) ms += pm->coef[i] * x[i];
+    return ms;
+}
+
+/* "# key: value" provenance lines. */
+static void header_line(profile_model *pm, const char *line)
+{
+    static const struct {
+        const char *key;
+        size_t off, size;
+    } keys[] = {
+        {"model", offsetof(profile_model, model), sizeof(((profile_model *)0)->model)},
+        {"gpu", offsetof(profile_model, gpu), sizeof(((profile_model *)0)->gpu)},
+        {"device", offsetof(profile_model, device), sizeof(((profile_model *)0)->device)},
+        {"tandem", offsetof(profile_model, tandem), sizeof(((profile_model *)0)->tandem)},
+    };
+    const char *p = line + 1;
+    while (*p == ' ') p++;
+    const char *colon = strchr(p, ':');
+    if (!colon) return;
+    size_t klen = (size_t)(colon - p);
+    const char *v = colon + 1;
+    while (*v == ' ') v++;
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++)
+        if (strlen(keys[i].key) == klen && !strncmp(p, keys[i].key, klen))
+            snprintf((char *)pm + keys[i].off, keys[i].size, "%s", v);
+    if (klen == 10 && !strncmp(p, "block_size", 10)) pm->block_size = atoi(v);
+}
+
+/* Reads the points; -1 with e = "FILE:LINE: ..." on a malformed file. */
+static int read_profile(profile_model *pm, const char *path, point **out, int32_t *n, terr *e)
+{
+    size_t len;
+    char *text = read_text_file(path, &len, e);
+    if (!text) return terr_set(e, "--cost-model profile:%s: cannot read the profile", path);
+    int rc = 0, line_no = 0;
+    bool have_header = false;
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    for (char *line = text, *next; line && *line && !rc; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        line_no++;
+        size_t l = strlen(line);
+        if (l && line[l - 1] == '\r') line[--l] = 0;
+        if (line[0] == '#') {
+            header_line(pm, line);
+            continue;
+        }
+        if (!l) continue;
+        char *field[NUM_COLUMNS + 1];
+        int nf = 0;
+        for (char *f = line; f && nf <= NUM_COLUMNS; nf++) {
+            field[nf] = f;
+            char *comma = strchr(f, ',');
+            if (comma) *comma++ = 0;
+            f = comma;
+        }
+        if (nf != NUM_COLUMNS) {
+            rc = terr_set(e, "%s:%d: %d fields, a profile row has %d", path, line_no, nf, NUM_COLUMNS);
+            break;
+        }
+        if (!have_header) {
+            for (int i = 0; i < NUM_COLUMNS && !rc; i++)
+                if (strcmp(field[i], columns[i]))
+                    rc = terr_set(e, "%s:%d: column %d is \"%s\", expected \"%s\" (not a tandem profile?)", path,
+                                  line_no, i + 1, field[i], columns[i]);
+            have_header = true;
+            continue;
+        }
+        int64_t v[NUM_COLUMNS];
+        double ms = 0;
+        for (int i = 1; i < NUM_COLUMNS && !rc; i++) {
+            if (i >= 12) {
+                double d;
+                if (parse_f64(field[i], &d) || !(d > 0))
+                    rc = terr_set(e, "%s:%d: %s \"%s\" is not a positive number", path, line_no, columns[i], field[i]);
+                if (i == 12) ms = d;
+            } else if (parse_i64(field[i], &v[i]) || v[i] < 0 || v[i] > ((int64_t)1 << 50)) {
+                rc = terr_set(e, "%s:%d: %s \"%s\" is not a count", path, line_no, columns[i], field[i]);
+            }
+        }
+        if (rc) break;
+        step_shape s = {
+            .num_prefill_seqs = (int32_t)v[1], .num_decode_seqs = (int32_t)v[2], .num_emitting = (int32_t)v[3],
+            .prefill_tokens = v[4], .decode_tokens = v[5], .prefill_pairs2 = v[6], .prefill_keys = v[7],
+            .decode_keys = v[8], .decode_keys_sq = v[9], .max_keys = (int32_t)v[10],
+        };
+        s.num_items = s.num_prefill_seqs + s.num_decode_seqs;
+        if (s.num_items == 0 || s.prefill_tokens + s.decode_tokens == 0) {
+            rc = terr_set(e, "%s:%d: a step with no tokens", path, line_no);
+            break;
+        }
+        if (*n == MAX_POINTS) {
+            rc = terr_set(e, "%s:%d: more than %d points", path, line_no, MAX_POINTS);
+            break;
+        }
+        grow_array((void **)out, sizeof **out, &cap, (size_t)*n + 1);
+        (*out)[(*n)++] = (point){s, ms};
+    }
+    free(text);
+    if (!rc && !have_header) rc = terr_set(e, "%s: no header row (not a tandem profile?)", path);
+    if (!rc && *n < NUM_LINEAR + 2) rc = terr_set(e, "%s: %d points are too few to fit a profile", path, *n);
+    if (!rc && (!pm->model[0] || !pm->gpu[0] || pm->block_size <= 0))
+        rc = terr_set(e, "%s: the provenance lines (# model:, # gpu:, # block_size:) are missing", path);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Knots at the distinct token counts, thinned to MAX_KNOTS. */
+static void place_knots(profile_model *pm, const point *pts, int32_t n)
+{
+    double *t = xmalloc((size_t)n * sizeof *t);
+    for (int32_t i = 0; i < n; i++) t[i] = tokens_of(&pts[i].s);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (k == 0 || t[i] != pm->knot[k - 1]) {
+            if (k == MAX_KNOTS) pm->knot[k - 1] = t[i]; /* thin: the last knot moves to the end */
+            else pm->knot[k++] = t[i];
+        }
+    pm->num_knots = k;
+    free(t);
+}
+
+static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
+{
+    size_t p = (size_t)pm->num_knots + NUM_LINEAR;
+    gsl_matrix *X = gsl_matrix_alloc((size_t)n, p), *cov = gsl_matrix_alloc(p, p);
+    gsl_vector *y = gsl_vector_alloc((size_t)n), *w = gsl_vector_alloc((size_t)n), *c = gsl_vector_alloc(p);
+    gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc((size_t)n, p);
+    double x[MAX_KNOTS + NUM_LINEAR], scale[MAX_KNOTS + NUM_LINEAR] = {0}, chisq;
+    for (int32_t i = 0; i < n; i++) {
+        features(pm, &pts[i].s, x, NULL);
+        for (size_t j = 0; j < p; j++) {
+            gsl_matrix_set(X, (size_t)i, j, x[j]);
+            scale[j] = fmax(scale[j], fabs(x[j]));
+        }
+        gsl_vector_set(y, (size_t)i, pts[i].ms);
+        gsl_vector_set(w, (size_t)i, 1.0 / (pts[i].ms * pts[i].ms));
+    }
+    /* columns scaled to [-1, 1] so the truncation of small singular values is fair to each term;
+     * a term no point exercises (a zero column) stays out of the fit */
+    for (size_t j = 0; j < p; j++)
+        for (int32_t i = 0; i < n; i++)
+            gsl_matrix_set(X, (size_t)i, j, scale[j] > 0 ? gsl_matrix_get(X, (size_t)i, j) / scale[j] : 0);
+    size_t rank;
+    int rc = gsl_multifit_wlinear_tsvd(X, w, y, 1e-10, c, cov, &chisq, &rank, ws);
+    if (rc) rc = terr_set(e, "%s: the fit failed (%s)", pm->path, gsl_strerror(rc));
+    for (size_t j = 0; j < p && !rc; j++) pm->coef[j] = scale[j] > 0 ? gsl_vector_get(c, j) / scale[j] : 0;
+    gsl_multifit_linear_free(ws);
+    gsl_matrix_free(X), gsl_matrix_free(cov);
+    gsl_vector_free(y), gsl_vector_free(w), gsl_vector_free(c);
+    return rc;
+}
+
+static void *profile_create(const model_config *mc, const gpu_spec *gpu, const cost_model_opts *opts, terr *e)
+{
+    cost_model_opts o = opts ? *opts : cost_model_opts_default();
+    if (!o.arg || !o.arg[0]) return terr_set(e, "--cost-model profile:FILE needs the profile's FILE"), NULL;
+    profile_model *pm = xcalloc(1, sizeof *pm);
+    snprintf(pm->path, sizeof pm->path, "%s", o.arg);
+    point *pts = NULL;
+    int32_t n = 0;
+    if (read_profile(pm, o.arg, &pts, &n, e)) goto fail;
+    if (strcmp(pm->model, mc->name))
+        snprintf(pm->mismatch, sizeof pm->mismatch, "model %s, the run's is %s", pm->model, mc->name);
+    else if (strcmp(pm->gpu, gpu->name))
+        snprintf(pm->mismatch, sizeof pm->mismatch, "GPU %s, the run's is %s", pm->gpu, gpu->name);
+    else if (pm->block_size != o.block_size)
+        snprintf(pm->mismatch, sizeof pm->mismatch, "block size %d, the run's is %d", pm->block_size, o.block_size);
+    if (pm->mismatch[0] && !o.force) {
+        terr_set(e, "%s: a profile of %s (--force-profile uses it anyway)", o.arg, pm->mismatch);
+        goto fail;
+    }
+    pm->forced = pm->mismatch[0] != 0;
+    place_knots(pm, pts, n);
+    gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
+    int rc = fit(pm, pts, n, e);
+    gsl_set_error_handler(handler);
+    if (rc) goto fail;
+    pm->num_points = n;
+    double *err = xmalloc((size_t)n * sizeof *err);
+    for (int32_t i = 0; i < n; i++) {
+        const step_shape *s = &pts[i].s;
+        err[i] = fabs(predict_ms(pm, s, NULL) / pts[i].ms - 1);
+        pm->max_decode_keys = fmax(pm->max_decode_keys, (double)s->decode_keys);
+        pm->max_prefill_pairs2 = fmax(pm->max_prefill_pairs2, (double)s->prefill_pairs2);
+        pm->max_prefill_keys = fmax(pm->max_prefill_keys, (double)s->prefill_keys);
+        pm->fit_max_abs_error = fmax(pm->fit_max_abs_error, err[i]);
+    }
+    qsort(err, (size_t)n, sizeof *err, cmp_double);
+    pm->fit_median_abs_error = n % 2 ? err[n / 2] : (err[n / 2 - 1] + err[n / 2]) / 2;
+    free(err);
+    free(pts);
+    return pm;
+fail:
+    free(pts);
+    free(pm);
+    return NULL;
+}
+
+static int64_t profile_step_ns(void *self, const step_shape *s)
+{
+    profile_model *pm = self;
+    if (s->num_items == 0) return 0;
+    bool outside;
+    double ms = predict_ms(pm, s, &outside);
+    outside |= (double)s->decode_keys > pm->max_decode_keys || (double)s->prefill_pairs2 > pm->max_prefill_pairs2 ||
+               (double)s->prefill_keys > pm->max_prefill_keys;
+    pm->steps++;
+    pm->extrapolated += outside;
+    int64_t ns = llround(ms * 1e6);
+    return ns > 0 ? ns : 1;
+}
+
+static json_t *profile_report(void *self)
+{
+    const profile_model *pm = self;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:b, s:i, s:f, s:f, s:I, s:I}", "cost_model", "profile",
+                          "profile", pm->path, "model", pm->model, "gpu", pm->gpu, "device", pm->device, "block_size",
+                          pm->block_size, "forced", pm->forced, "points", pm->num_points, "fit_median_abs_error",
+                          pm->fit_median_abs_error, "fit_max_abs_error", pm->fit_max_abs_error, "steps",
+                          (json_int_t)pm->steps, "extrapolated_steps", (json_int_t)pm->extrapolated);
+    if (pm->forced) json_object_set_new(o, "mismatch", json_string(pm->mismatch));
+    json_t *c = json_object();
+    for (int i = 0; i < NUM_LINEAR; i++) json_object_set_new(c, linear_names[i], json_real(pm->coef[pm->num_knots + i]));
+    json_object_set_new(o, "coefficients_ms", c);
+    return o;
+}
+
+static void profile_destroy(void *self) { free(self); }
+
+const cost_model_ops profile_cost_model = {
+    .name = "profile",
+    .summary = "step times learned from `tandem profile` measurements of the engine (sim/profile_model.h)",
+    .create = profile_create,
+    .step_ns = profile_step_ns,
+    .destroy = profile_destroy,
+    .report = profile_report,
+    .takes_arg = true,
+};

@@ -1,0 +1,29 @@
+/*
+ * profile_model.h: the `profile` cost model: step times learned from the engine's own
+ * measurements (`tandem profile`, cli/profile_cmd.c), chosen with --cost-model profile:FILE.
+ *
+ * A step's time is modelled as
+ *   t = G(T) + a_dk decode_keys + a_ds decode_seqs + a_pp prefill_pairs2 + a_pk prefill_keys
+ *       + a_e emitting + a_d [decode only] + a_m [prefill and decode together]
+ * where T = prefill + decode tokens and G is piecewise linear in T with a knot at every token
+ * count the profile measured (so the engine's changes of kernel path, e.g. the weight-streaming
+ * GEMM up to 8 rows, are where they are), and the linear terms price attention (KV read and
+ * causal pairs), the LM head and sampler, CUDA-graph replay of pure decode steps and the
+ * flattened mixed pass. Every term is linear in the unknowns, so one weighted least-squares fit
+ * (GSL, weights 1/t^2: relative error is what is minimised) learns all of them at once; uneven
+ * contexts enter through the sums, mixed steps through the same terms as their parts.
+ *
+ * A step outside the measured ranges (T past the last knot, more keys or pairs than any point
+ * had) is extrapolated linearly and counted; the count is in summary.json.
+ *
+ * The file must come from the same model, GPU row and block size as the run, or the model
+ * refuses it (naming what differs) unless forced (--force-profile), which summary.json records.
+ */
+#ifndef TANDEM_PROFILE_MODEL_H
+#define TANDEM_PROFILE_MODEL_H
+
+#include "sim/costmodel.h"
+
+extern const cost_model_ops profile_cost_model;
+
+#endif
