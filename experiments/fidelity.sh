@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# experiments/fidelity.sh: how close is the simulator to the engine it models?
+#
+# Question: replay the same traces with the same policy on the real engine (`tandem run`, CUDA,
+# H200) and in the simulator (`tandem sim`) with the roofline and with a profile of that engine
+# (`tandem profile`); how far apart are throughput, TTFT, TPOT and E2E, and per step?
+#
+# Workloads (each on Llama-2-7B and Llama-3-8B, synthetic weights, vLLM V1 defaults unless said):
+#   chat        Azure LLM inference 2023 conversation, first 1,000 requests, --time-scale 0.25
+#   chat16      the same with --max-num-seqs 16
+#   code        Azure code, first 600 requests, --time-scale 0.2 (bursty, long prompts)
+#   offline     512 requests of 512 + 128 tokens at t = 0, --max-num-seqs 256
+#   mixed-vllm, mixed-sarathi, mixed-vllm-v0
+#               400 ShareGPT-length requests at t = 0 under each policy
+#   preempt     chat with a KV cache of 2,000 blocks: preemptions (recompute)
+#
+# Phases:
+#   gpu MODEL   on the GPU machine: writes the traces, profiles MODEL's engine into
+#               configs/profiles/MODEL_h200.csv, runs every workload with `tandem run`, and packs
+#               the measured runs into $OUT/fidelity-MODEL.tar.gz (the device tool brings it back)
+#   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz, simulates each
+#               workload with both cost models, runs `tandem compare`, and writes
+#               experiments/results/fidelity/table.csv and the figure
+#   plot        redraws the figure from the committed table
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+exp_init fidelity
+
+MODELS="llama-2-7b llama-3-8b"
+
+# name|trace|flags: one workload a line
+workloads() {
+    local chat=traces/samples/azure_conv_2023.csv code=traces/samples/azure_code_2023.csv
+    cat <<EOW
+chat|$chat|--max-requests 1000 --time-scale 0.25
+chat16|$chat|--max-requests 1000 --time-scale 0.25 --max-num-seqs 16
+code|$code|--max-requests 600 --time-scale 0.2
+offline|$RAW/offline.csv|--max-num-seqs 256
+mixed-vllm|$RAW/mixed400.csv|--scheduling-policy vllm
+mixed-sarathi|$RAW/mixed400.csv|--scheduling-policy sarathi
+mixed-vllm-v0|$RAW/mixed400.csv|--scheduling-policy vllm-v0
+preempt|$chat|--max-requests 1000 --time-scale 0.25 --num-gpu-blocks-override 2000
+EOW
+}
+
+traces() {
+    mkdir -p "$RAW"
+    gen_trace "$RAW/offline.csv" --num-requests 512 --rate inf --input-len 512 --output-len 128 --seed 1
+    gen_trace "$RAW/mixed400.csv" --num-requests 400 --rate inf --length-dist file \
+        --lengths-file traces/samples/sharegpt_lengths_5k.csv --max-len 3000 --seed 1
+}
+
+gpu() {
+    local model=$1 out=${OUT:?OUT: where the packed runs go}
+    traces
+    local dir=$RAW/measured-$model
+    mkdir -p "$dir" configs/profiles
+    local t0=$SECONDS
+    "$BIN" profile --model "synthetic:$model" --backend cuda --out "configs/profiles/${model}_h200.csv" --quiet
+    cp "configs/profiles/${model}_h200.csv" "$dir/"
+    echo "[$EXP] $model: profile $((SECONDS - t0)) s"
+    while IFS='|' read -r name trace flags; do
+        t0=$SECONDS
+        # shellcheck disable=SC2086
+        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda $flags --out "$dir/$name" --quiet \
+            || echo "[$EXP] $model $name: FAILED"
+        echo "[$EXP] $model $name: $((SECONDS - t0)) s"
+    done < <(workloads)
+    tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
+}
+
+report() {
+    traces
+    local table=$RES/table.csv
+    echo "model,workload,cost_model,metric,measured,simulated,rel_error" > "$table.tmp"
+    for model in $MODELS; do
+        local packed=$RES/measured-$model.tar.gz
+        [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; continue; }
+        tar -C "$RAW" -xzf "$packed"
+        local dir=$RAW/measured-$model
+        while IFS='|' read -r name trace flags; do
+            [ -f "$dir/$name/summary.json" ] || continue
+            for cm in roofline "profile:configs/profiles/${model}_h200.csv"; do
+                local tag=${cm%%:*}
+                # shellcheck disable=SC2086
+                "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$RAW/sim-$model/$name-$tag" --quiet
+                "$BIN" compare "$dir/$name" "$RAW/sim-$model/$name-$tag" --out "$RAW/cmp-$model/$name-$tag" --quiet
+                python3 - "$RAW/cmp-$model/$name-$tag/compare.json" "$model" "$name" "$tag" >> "$table.tmp" <<'PY' || true
+import json, sys
+c = json.load(open(sys.argv[1]))
+for m in c.get("metrics", []):
+    print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{m['name']},{m['measured']},{m['simulated']},{m['rel_error']}")
+PY
+            done
+        done < <(workloads)
+    done
+    mv "$table.tmp" "$table"
+}
+
+case ${1:-report} in
+gpu) gpu "${2:?gpu MODEL}" ;;
+report) report ;;
+*) echo "usage: $0 gpu MODEL | report" >&2; exit 2 ;;
+esac
