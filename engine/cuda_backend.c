@@ -38,9 +38,11 @@
 #include <string.h>
 
 #include "engine/cpu_ops.h"
-#include "engine/cuda_check.h"
 #include "engine/weights.h"
+#include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+
+_Static_assert(CU_ERR_DEVICE == ENGINE_ERR_DEVICE, "a failed CUDA call is a device error");
 
 #define MAX_GRAPHS 128
 #define PF_TILE K_PREFILL_TILE
@@ -250,14 +252,12 @@ static int load_weights(cuda_model *m, const wt_source *src, terr *e)
         bf16_t *dst = fused_base(m, &ts[i]) + ts[i].row_offset * cols;
         int64_t count = ts[i].rows * ts[i].cols;
         if (src->synthetic) {
-            cudaError_t err = k_synth_bf16(dst, count, src->seed, ts[i].synth_id, ts[i].synth_mean,
-                                           ts[i].synth_std, m->stream);
-            if (err != cudaSuccess) rc = cu_fail(e, __FILE__, __LINE__, "k_synth_bf16", cudaGetErrorString(err));
+            rc = CU_CALL(k_synth_bf16(dst, count, src->seed, ts[i].synth_id, ts[i].synth_mean,
+                                      ts[i].synth_std, m->stream));
         } else if (wt_read_bf16(src, &ts[i], staging, e)) {
             rc = ENGINE_ERR_INPUT;
         } else {
-            cudaError_t err = cudaMemcpy(dst, staging, (size_t)count * 2, cudaMemcpyHostToDevice);
-            if (err != cudaSuccess) rc = cu_fail(e, __FILE__, __LINE__, "cudaMemcpy", cudaGetErrorString(err));
+            rc = CU_CALL(cudaMemcpy(dst, staging, (size_t)count * 2, cudaMemcpyHostToDevice));
         }
     }
     free(staging);
@@ -300,24 +300,15 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     do {                                                                                          \
         if ((rc = (call))) goto fail;                                                             \
     } while (0)
-#define CU(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t err_ = (call);                                                                \
-        if (err_ != cudaSuccess) {                                                                \
-            rc = cu_fail(e, __FILE__, __LINE__, #call, cudaGetErrorString(err_));                 \
-            goto fail;                                                                            \
-        }                                                                                         \
-    } while (0)
+#define CU(call) TRY(CU_CALL(call))
     CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
-    if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) {
-        terr_set(e, "cublasCreate failed");
-        goto fail;
-    }
-    cublasSetStream(m->blas, m->stream);
+    TRY(BLAS_CALL(cublasCreate(&m->blas)));
+    TRY(BLAS_CALL(cublasSetStream(m->blas, m->stream)));
     TRY(dev_alloc(&m->blas_ws, 32u << 20, "the cuBLAS workspace", e));
-    cublasSetWorkspace(m->blas, m->blas_ws, 32u << 20); /* no allocation inside graph capture */
+    /* no allocation inside graph capture */
+    TRY(BLAS_CALL(cublasSetWorkspace(m->blas, m->blas_ws, 32u << 20)));
 
     TRY(alloc_weights(m, e));
     TRY(load_weights(m, src, e));

@@ -26,24 +26,8 @@
 
 #include "engine/bench/profile_gpu.h"
 #include "engine/engine.h"
+#include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
-
-#define CK(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t err_ = (call);                                                                \
-        if (err_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-#define CKB(call)                                                                                 \
-    do {                                                                                          \
-        cublasStatus_t st_ = (call);                                                              \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasGetStatusString(st_)); \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 static cudaStream_t stream;
 static cublasHandle_t blas;
@@ -52,8 +36,8 @@ static double copy_bw, gemm_rate; /* measured ceilings: bytes/s, FLOP/s */
 static void *dmalloc_random(size_t bytes, uint32_t id)
 {
     void *p;
-    CK(cudaMalloc(&p, bytes));
-    CK(k_synth_bf16(p, (int64_t)(bytes / 2), 7, id, 0.0f, 0.5f, stream)); /* random bf16 bits */
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    CUDA_CHECK(k_synth_bf16(p, (int64_t)(bytes / 2), 7, id, 0.0f, 0.5f, stream)); /* random bf16 bits */
     return p;
 }
 
@@ -69,19 +53,19 @@ typedef void (*bench_fn)(void *ctx, int i);
 static double time_it(bench_fn fn, void *ctx, int inner, int reps)
 {
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
     int calls = 0;
     for (int i = 0; i < inner; i++) fn(ctx, calls++);
-    CK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     double t[64];
     for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(a, stream));
+        CUDA_CHECK(cudaEventRecord(a, stream));
         for (int i = 0; i < inner; i++) fn(ctx, calls++);
-        CK(cudaEventRecord(b, stream));
-        CK(cudaEventSynchronize(b));
+        CUDA_CHECK(cudaEventRecord(b, stream));
+        CUDA_CHECK(cudaEventSynchronize(b));
         float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
         t[r] = ms / 1e3 / inner;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
@@ -110,7 +94,7 @@ typedef struct copy_ctx { void *a, *b; size_t bytes; } copy_ctx;
 static void do_copy(void *c, int i)
 {
     copy_ctx *x = c;
-    CK(cudaMemcpyAsync(i & 1 ? x->a : x->b, i & 1 ? x->b : x->a, x->bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(i & 1 ? x->a : x->b, i & 1 ? x->b : x->a, x->bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
 typedef struct gemm_ctx { const void *w[16], *x[16]; void *y; int M, N, K, nw, f32; } gemm_ctx;
@@ -118,14 +102,14 @@ static void do_cublas(void *c, int i)
 {
     gemm_ctx *g = c;
     const float alpha = 1, beta = 0;
-    CKB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, g->N, g->M, g->K, &alpha, g->w[i % g->nw],
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, g->N, g->M, g->K, &alpha, g->w[i % g->nw],
                      CUDA_R_16BF, g->K, g->x[i % g->nw], CUDA_R_16BF, g->K, &beta, g->y,
                      g->f32 ? CUDA_R_32F : CUDA_R_16BF, g->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 static void do_skinny(void *c, int i)
 {
     gemm_ctx *g = c;
-    CK(k_gemm_skinny(g->x[i % g->nw], g->w[i % g->nw], g->y, g->f32, g->M, g->N, g->K, stream));
+    CUDA_CHECK(k_gemm_skinny(g->x[i % g->nw], g->w[i % g->nw], g->y, g->f32, g->M, g->N, g->K, stream));
 }
 
 static int32_t *dupload(const void *h, size_t bytes);
@@ -136,7 +120,7 @@ static void do_fused(void *c, int i)
 {
     fused_ctx *f = c;
     f->a.w = f->g->w[i % f->g->nw];
-    CK(k_gemm_skinny_fused(&f->a, stream));
+    CUDA_CHECK(k_gemm_skinny_fused(&f->a, stream));
 }
 
 static void ceilings(void)
@@ -152,7 +136,7 @@ static void ceilings(void)
     gemm_ctx g = {.M = 8192, .N = 8192, .K = 8192, .nw = 1};
     g.w[0] = dmalloc_random((size_t)8192 * 8192 * 2, 3);
     g.x[0] = dmalloc_random((size_t)8192 * 8192 * 2, 4);
-    CK(cudaMalloc(&g.y, (size_t)8192 * 8192 * 2));
+    CUDA_CHECK(cudaMalloc(&g.y, (size_t)8192 * 8192 * 2));
     t = time_it(do_cublas, &g, 3, 9);
     gemm_rate = 2.0 * 8192 * 8192 * 8192 / t;
     row("cuBLAS bf16 GEMM (ceiling)", "8192^3, bf16 out", t, 2.0 * 8192 * 8192 * 8192, "TFLOP/s", 0, 0);
@@ -185,7 +169,7 @@ static void gemms(void)
             g.w[i] = dmalloc_random(wbytes, 100 + (uint32_t)i);
             g.x[i] = dmalloc_random((size_t)2048 * g.K * 2, 200 + (uint32_t)i);
         }
-        CK(cudaMalloc(&g.y, (size_t)2048 * g.N * 4));
+        CUDA_CHECK(cudaMalloc(&g.y, (size_t)2048 * g.N * 4));
         char shape[64];
         int Ms[] = {1, 4, 8};
         for (int mi = 0; mi < 3; mi++) {
@@ -212,8 +196,8 @@ static void gemms(void)
             int32_t zero = 0;
             for (int i = 0; i < g.K; i++) ones[i] = 1.0f + 0.001f * (float)(i % 7);
             for (int i = 0; i < 64; i++) inv[i] = powf(10000.0f, -2.0f * i / 128);
-            CK(cudaMalloc((void **)&xf, (size_t)g.K * 4));
-            CK(cudaMemcpy(xf, ones, (size_t)g.K * 4, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMalloc((void **)&xf, (size_t)g.K * 4));
+            CUDA_CHECK(cudaMemcpy(xf, ones, (size_t)g.K * 4, cudaMemcpyHostToDevice));
             int32_t *dzero = dupload(&zero, sizeof zero);
             float *dinv = (float *)dupload(inv, sizeof inv);
             void *kc = dmalloc_random(4096 * 2, 900), *vc = dmalloc_random(4096 * 2, 901);
@@ -254,20 +238,20 @@ typedef struct attn_ctx {
 static void do_decode(void *c, int i)
 {
     attn_ctx *x = c;
-    CK(k_decode_attention(&x->a[i % 4], x->dec, x->nd, x->partition, x->max_parts, x->partials,
+    CUDA_CHECK(k_decode_attention(&x->a[i % 4], x->dec, x->nd, x->partition, x->max_parts, x->partials,
                           x->counters, stream));
 }
 static void do_prefill(void *c, int i)
 {
     attn_ctx *x = c;
-    CK(k_prefill_attention(&x->a[i % 4], x->items, x->np, stream));
+    CUDA_CHECK(k_prefill_attention(&x->a[i % 4], x->items, x->np, stream));
 }
 
 static int32_t *dupload(const void *h, size_t bytes)
 {
     int32_t *d;
-    CK(cudaMalloc((void **)&d, bytes));
-    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc((void **)&d, bytes));
+    CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -296,15 +280,15 @@ static void attention(int B, int ctx, int n, int nh, int nkv, const char *label)
     x.items = dupload(items, sizeof(int32_t) * 2 * (size_t)(x.np + 1));
     int32_t *dqsl = dupload(qsl, sizeof(int32_t) * (size_t)(B + 1)), *dlens = dupload(lens, sizeof(int32_t) * (size_t)B);
     int32_t *dbt = dupload(bt, sizeof(int32_t) * (size_t)B * S);
-    CK(cudaMalloc((void **)&x.partials, (size_t)B * nh * x.max_parts * (hd + 2) * 4 + 16));
-    CK(cudaMalloc((void **)&x.counters, (size_t)B * nh * 4));
-    CK(cudaMemset(x.counters, 0, (size_t)B * nh * 4));
+    CUDA_CHECK(cudaMalloc((void **)&x.partials, (size_t)B * nh * x.max_parts * (hd + 2) * 4 + 16));
+    CUDA_CHECK(cudaMalloc((void **)&x.counters, (size_t)B * nh * 4));
+    CUDA_CHECK(cudaMemset(x.counters, 0, (size_t)B * nh * 4));
     size_t cache = (size_t)B * S * bs * nkv * hd * 2;
     int copies = cache * 2 >= (256u << 20) ? 2 : 4;
     void *qkv, *out, *kc[4], *vc[4];
-    CK(cudaMalloc(&qkv, (size_t)T * stride * 4));
-    CK(k_synth_bf16(qkv, (int64_t)T * stride * 2, 9, 9, 0.0f, 0.02f, stream)); /* small floats */
-    CK(cudaMalloc(&out, (size_t)T * nh * hd * 2));
+    CUDA_CHECK(cudaMalloc(&qkv, (size_t)T * stride * 4));
+    CUDA_CHECK(k_synth_bf16(qkv, (int64_t)T * stride * 2, 9, 9, 0.0f, 0.02f, stream)); /* small floats */
+    CUDA_CHECK(cudaMalloc(&out, (size_t)T * nh * hd * 2));
     for (int i = 0; i < 4; i++) {
         if (i < copies) {
             kc[i] = dmalloc_random(cache, 300 + (uint32_t)i);
@@ -351,12 +335,12 @@ typedef struct ew_ctx { void *x[4], *d[4], *w, *out[4]; int32_t *tok, *pos, *slo
 static void do_norm(void *c, int i)
 {
     ew_ctx *e = c;
-    CK(k_add_rmsnorm(e->x[i % 4], e->d[i % 4], e->w, NULL, e->T, e->h, 1e-5f, e->out[i % 4], stream));
+    CUDA_CHECK(k_add_rmsnorm(e->x[i % 4], e->d[i % 4], e->w, NULL, e->T, e->h, 1e-5f, e->out[i % 4], stream));
 }
 static void do_silu(void *c, int i)
 {
     ew_ctx *e = c;
-    CK(k_silu_mul(e->x[i % 4], e->T, e->I, e->out[i % 4], stream));
+    CUDA_CHECK(k_silu_mul(e->x[i % 4], e->T, e->I, e->out[i % 4], stream));
 }
 static void do_rope(void *c, int i)
 {
@@ -364,13 +348,13 @@ static void do_rope(void *c, int i)
     /* d holds the k and v caches (T, 4096) bf16 each, then q (T, 4096) float */
     bf16_t *kc = e->d[i % 4], *vc = kc + (size_t)e->T * 4096;
     float *q = (float *)(vc + (size_t)e->T * 4096);
-    CK(k_rope_kv_write(e->x[i % 4], e->pos, e->slot, e->T, 32, 32, 128, e->inv, q, 4096, kc, vc,
+    CUDA_CHECK(k_rope_kv_write(e->x[i % 4], e->pos, e->slot, e->T, 32, 32, 128, e->inv, q, 4096, kc, vc,
                        stream));
 }
 static void do_embed(void *c, int i)
 {
     ew_ctx *e = c;
-    CK(k_embed(e->w, e->tok, e->T, e->h, e->x[i % 4], stream));
+    CUDA_CHECK(k_embed(e->w, e->tok, e->T, e->h, e->x[i % 4], stream));
 }
 
 static void elementwise(void)
@@ -395,8 +379,8 @@ static void elementwise(void)
     e.inv = (float *)dupload(inv, sizeof inv);
     /* norm inputs must be finite floats: make them from bf16 noise */
     for (int i = 0; i < 4; i++) {
-        CK(k_embed(e.w, e.tok, T, h, e.x[i], stream));
-        CK(k_embed(e.w, e.tok, T, h, e.d[i], stream));
+        CUDA_CHECK(k_embed(e.w, e.tok, T, h, e.x[i], stream));
+        CUDA_CHECK(k_embed(e.w, e.tok, T, h, e.d[i], stream));
     }
     double t = time_it(do_norm, &e, 10, 15), bytes = (double)T * h * (4 + 4 + 4 + 2);
     row("add + RMSNorm", "T=2048 h=4096", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
@@ -405,7 +389,7 @@ static void elementwise(void)
     t = time_it(do_embed, &e, 10, 15), bytes = (double)T * h * (2 + 4);
     row("embedding gather", "T=2048 h=4096", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     /* RoPE reads the QKV GEMM's bf16 rows and writes float q and bf16 k and v */
-    for (int i = 0; i < 4; i++) CK(k_synth_bf16(e.x[i], (int64_t)T * 12288, 5, 5, 0.0f, 1.0f, stream));
+    for (int i = 0; i < 4; i++) CUDA_CHECK(k_synth_bf16(e.x[i], (int64_t)T * 12288, 5, 5, 0.0f, 1.0f, stream));
     t = time_it(do_rope, &e, 10, 15), bytes = (double)T * 12288 * 2 + (double)T * 4096 * 4 + (double)T * 8192 * 2;
     row("RoPE + KV write", "T=2048 heads 32/32 hd 128", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     for (int i = 0; i < 4; i++) cudaFree(e.x[i]), cudaFree(e.d[i]), cudaFree(e.out[i]);
@@ -488,7 +472,7 @@ static double time_prefill(engine *eng, eng_step s)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0;; i++) {
         do_step(&c, i);
-        CK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 > 1.0) break;
     }
@@ -681,13 +665,13 @@ typedef struct {
 static void do_stream_probe(void *ctx, int i)
 {
     probe_ctx *c = ctx;
-    CK(k_stream_probe(c->src, c->bytes, c->row, c->rows, c->inflight, stream));
+    CUDA_CHECK(k_stream_probe(c->src, c->bytes, c->row, c->rows, c->inflight, stream));
 }
 
 static void do_read_probe(void *ctx, int i)
 {
     probe_ctx *c = ctx;
-    CK(k_read_probe(c->src, c->bytes, c->sink, stream));
+    CUDA_CHECK(k_read_probe(c->src, c->bytes, c->sink, stream));
 }
 
 /* The rate 1 GiB streams at through the persistent decode kernel's ring (bulk copies of weight-row
@@ -697,7 +681,7 @@ static void stream_probe(void)
 {
     probe_ctx c = {.bytes = (int64_t)1 << 30};
     c.src = dmalloc_random((size_t)c.bytes, 9);
-    CK(cudaMalloc((void **)&c.sink, sizeof(unsigned)));
+    CUDA_CHECK(cudaMalloc((void **)&c.sink, sizeof(unsigned)));
     double t = time_it(do_read_probe, &c, 10, 9);
     row("read, 16-byte loads", "1 GiB, 4 loads a thread in flight", t, (double)c.bytes, "GB/s", copy_bw,
         c.bytes / copy_bw);
@@ -726,7 +710,7 @@ typedef struct {
 static void do_consume_probe(void *ctx, int i)
 {
     consume_ctx *c = ctx;
-    CK(k_consume_probe(c->K, c->rows, c->paired, c->units, c->y, stream));
+    CUDA_CHECK(k_consume_probe(c->K, c->rows, c->paired, c->units, c->y, stream));
 }
 
 /* The rate the persistent decode kernel's consumers reach at batch 1 with their bytes already in
@@ -741,7 +725,7 @@ static void consume_probe(void)
     };
     const int G = k_decode_stream_grid();
     consume_ctx c = {.units = 512};
-    CK(cudaMalloc((void **)&c.y, (size_t)G * c.units * 8 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&c.y, (size_t)G * c.units * 8 * sizeof(float)));
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         c.K = v[i].K, c.rows = v[i].rows, c.paired = v[i].paired;
         const double bytes = (double)G * c.units * (c.paired ? 2 : 1) * c.rows * c.K * 2;
@@ -775,17 +759,17 @@ static void decode_trace(int B, int slot, int groups, int dynamic, int inflight)
     const int NT = K_DECODE_TRACE_RECORDS(L);
     size_t n = (size_t)NT * grid * 4;
     unsigned long long *d, *h = malloc(n * 8);
-    CK(cudaMalloc((void **)&d, n * 8));
+    CUDA_CHECK(cudaMalloc((void **)&d, n * 8));
     for (int rep = 0; rep < 3; rep++) { /* the last repetition is the one read */
         do_step(&(step_ctx){&eng, s}, 0);
-        CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
-        CK(cudaMemset(d, 0, n * 8));
+        CUDA_CHECK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
+        CUDA_CHECK(cudaMemset(d, 0, n * 8));
         k_set_decode_trace(d, NT);
         do_step(&(step_ctx){&eng, s}, 0);
-        CK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
+        CUDA_CHECK(cudaStreamSynchronize(engine_cuda_stream(&eng)));
         k_set_decode_trace(NULL, 0);
     }
-    CK(cudaMemcpy(h, d, n * 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(h, d, n * 8, cudaMemcpyDeviceToHost));
 #define T(k, b, i) ((double)h[((size_t)(k) * grid + (b)) * 4 + (i)])
     if (!T(NB - 1, 0, 2)) {
         printf("\npersistent decode kernel, batch %d: no trace (kernel not used?)\n", B);
@@ -912,27 +896,27 @@ static void profile_region(engine *eng, eng_step s, int warm, int steps, const c
     cudaEvent_t ev[PROF_MAX_STEPS + 1];
     float wall_ms[PROF_MAX_STEPS];
     step_ctx c = {eng, s};
-    for (int i = 0; i <= steps; i++) CK(cudaEventCreate(&ev[i]));
+    for (int i = 0; i <= steps; i++) CUDA_CHECK(cudaEventCreate(&ev[i]));
     for (int i = 0; i < warm; i++) do_step(&c, i);
-    CK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
     char when[96];
     snprintf(when, sizeof when, "before %s", title);
     prof_clocks(when);
     prof_watch_start();
     if (prof_begin()) exit(1);
     for (int i = 0; i < steps; i++) {
-        CK(cudaEventRecord(ev[i], st));
+        CUDA_CHECK(cudaEventRecord(ev[i], st));
         do_step(&c, i);
     }
-    CK(cudaEventRecord(ev[steps], st));
-    CK(cudaEventSynchronize(ev[steps]));
+    CUDA_CHECK(cudaEventRecord(ev[steps], st));
+    CUDA_CHECK(cudaEventSynchronize(ev[steps]));
     if (prof_end()) exit(1);
     snprintf(when, sizeof when, "during %s", title);
     prof_watch_stop(when);
     snprintf(when, sizeof when, "after %s", title);
     prof_clocks(when);
-    for (int i = 0; i < steps; i++) CK(cudaEventElapsedTime(&wall_ms[i], ev[i], ev[i + 1]));
-    for (int i = 0; i <= steps; i++) CK(cudaEventDestroy(ev[i]));
+    for (int i = 0; i < steps; i++) CUDA_CHECK(cudaEventElapsedTime(&wall_ms[i], ev[i], ev[i + 1]));
+    for (int i = 0; i <= steps; i++) CUDA_CHECK(cudaEventDestroy(ev[i]));
     prof_report(title, steps, wall_ms, eng->mc.num_layers, by_shape);
 }
 
@@ -979,13 +963,13 @@ int main(int argc, char **argv)
         return 1;
     }
     struct cudaDeviceProp p;
-    CK(cudaGetDeviceProperties(&p, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
     printf("bench_engine_gpu: %s, %d SMs, L2 %d MB, %.0f GB\n\n", p.name, p.multiProcessorCount,
            p.l2CacheSize >> 20, p.totalGlobalMem / 1e9);
     if (!strcmp(what, "profile")) return profile();
-    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CKB(cublasCreate(&blas));
-    CKB(cublasSetStream(blas, stream));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&blas));
+    CUBLAS_CHECK(cublasSetStream(blas, stream));
     printf("| kernel / step                  | shape                              | time (ms) | achieved         | of ceil | roofline (ms) |\n");
     printf("|--------------------------------|------------------------------------|-----------|------------------|---------|-----------|\n");
     ceilings();
