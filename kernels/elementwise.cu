@@ -1,8 +1,8 @@
 // elementwise.cu: the memory-bound kernels of a layer: synthetic weights, embedding gather,
 // fused residual add + RMSNorm, RoPE + KV write, SiLU-and-multiply. Each is one pass over its
 // data with 16-byte accesses; the twins are in engine/cpu_ops.c.
-#include "engine/numerics.h"
 #include "kernels/common.cuh"
+#include "kernels/numerics.h"
 
 int k_pdl_enabled = 1;
 

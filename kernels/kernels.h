@@ -32,7 +32,7 @@ typedef uint16_t bf16_t;
 /* Turns programmatic dependent launch on or off for later launches (default on). */
 void k_set_pdl(int on);
 
-/* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (engine/numerics.h), i < n. */
+/* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (kernels/numerics.h), i < n. */
 cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint32_t tensor_id, float mean,
                          float std, cudaStream_t stream);
 

@@ -19,9 +19,9 @@
 
 #include "engine/cpu_ops.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
 #include "engine/sampler.h"
 #include "kernels/kernels.h"
+#include "kernels/numerics.h"
 #include "testutil.h"
 
 #define CK_CUDA(call)                                                                             \
