@@ -33,7 +33,11 @@ $(ENGINE_BENCH):
 	@echo "bench-gpu needs CUDA (nvcc)" >&2; exit 1
 endif
 
-test-gpu: $(BUILD)/tandem $(BUILD)/tests/test_engine_gpu
+# The GPU tests share tests/testutil_gpu.c (comparisons with the CPU reference, the skip rule).
+GPU_TESTS := $(BUILD)/tests/test_kernels_gpu $(BUILD)/tests/test_engine_gpu
+$(GPU_TESTS): $(BUILD)/chk/tests/testutil_gpu.o
+
+test-gpu: $(BUILD)/tandem $(GPU_TESTS)
 	BIN=$(BUILD) bash engine/gpu_check.sh test
 
 bench-gpu: $(BUILD)/tandem $(ENGINE_BENCH)

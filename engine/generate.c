@@ -49,10 +49,6 @@ static void usage(FILE *f)
             "  --prefill-chunk N     prefill the prompt N tokens per step (default: all at once)\n"
             "  --cpu-bf16            cpu backend: round to bf16 where the GPU does\n"
             "  --no-cuda-graphs      cuda backend: launch decode steps without a CUDA graph\n"
-            "  --no-cuda-fuse        cuda backend: run decode steps unfused (separate norm,\n"
-            "                        RoPE and SiLU kernels)\n"
-            "  --no-cuda-persistent  cuda backend: run decode steps as five kernels a layer\n"
-            "                        instead of one persistent kernel for all layers\n"
             "  --save-checkpoint DIR write the synthetic model as a Hugging Face checkpoint\n"
             "                        (config.json + model.safetensors, bf16) and exit\n",
             engine_backend_names());
@@ -85,8 +81,8 @@ static double now_ms(void)
 }
 
 enum { OPT_MODEL = 256, OPT_BACKEND, OPT_PROMPT, OPT_MAX_TOKENS, OPT_TEMP, OPT_TOP_P, OPT_SEED,
-       OPT_WSEED, OPT_DUMP, OPT_BLOCK, OPT_CHUNK, OPT_CPU_BF16, OPT_NO_GRAPHS, OPT_NO_FUSE,
-       OPT_NO_PERSISTENT, OPT_SAVE, OPT_IGNORE_EOS, OPT_HELP };
+       OPT_WSEED, OPT_DUMP, OPT_BLOCK, OPT_CHUNK, OPT_CPU_BF16, OPT_NO_GRAPHS, OPT_SAVE,
+       OPT_IGNORE_EOS, OPT_HELP };
 
 static int bad_flag(const char *flag, const char *val)
 {
@@ -110,8 +106,6 @@ int generate_main(int argc, char **argv)
         {"prefill-chunk", required_argument, 0, OPT_CHUNK},
         {"cpu-bf16", no_argument, 0, OPT_CPU_BF16},
         {"no-cuda-graphs", no_argument, 0, OPT_NO_GRAPHS},
-        {"no-cuda-fuse", no_argument, 0, OPT_NO_FUSE},
-        {"no-cuda-persistent", no_argument, 0, OPT_NO_PERSISTENT},
         {"save-checkpoint", required_argument, 0, OPT_SAVE},
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
         {"help", no_argument, 0, OPT_HELP},
@@ -160,8 +154,6 @@ int generate_main(int argc, char **argv)
             break;
         case OPT_CPU_BF16: o.cpu_round_bf16 = true; break;
         case OPT_NO_GRAPHS: o.cuda_graphs = false; break;
-        case OPT_NO_FUSE: o.cuda_fuse = false; break;
-        case OPT_NO_PERSISTENT: o.cuda_persistent = false; break;
         case OPT_SAVE: save = optarg; break;
         case OPT_IGNORE_EOS: ignore_eos = true; break;
         case OPT_HELP: usage(stdout); return 0;
