@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/numerics.h"
+#include "kernels/numerics.h"
 
 void cpu_embed(const float *embed, const int32_t *tokens, int32_t T, int32_t h, float *x)
 {

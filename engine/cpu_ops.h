@@ -1,6 +1,6 @@
 /*
  * cpu_ops.h: the forward pass's operations in plain C, float32: the CPU backend is built from
- * them, and each is the twin a CUDA kernel in kernels/ is tested against (tests/test_engine_gpu.c).
+ * them, and each is the twin a CUDA kernel in kernels/ is tested against (tests/test_kernels_gpu.c).
  *
  * Shapes follow engine.h; "qkv" rows hold q (nh*hd), then k (nkv*hd), then v (nkv*hd). KV
  * caches are (num_slots, nkv, hd) for one layer, slot = block*block_size + offset.

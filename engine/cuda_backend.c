@@ -13,18 +13,19 @@
  * down GEMM (+= residual); then the final norm over the logits rows only and the LM head. The
  * residual adds are the GEMMs' own (cuBLAS beta = 1, or the skinny kernel's epilogue), so the
  * norms only read the residual stream.
- * GEMMs with at most skinny_max_tokens rows use the weight-streaming kernel (k_gemm_skinny),
+ * GEMMs with at most SKINNY_MAX_ROWS (8) rows use the weight-streaming kernel (k_gemm_skinny),
  * others cuBLAS (bf16 in, fp32 compute). Steps of at most 8 rows (decode) run fused, five
  * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
- * small kernel cost more in launch and drain than its work. With cuda_persistent, pure-decode
- * steps of at most cuda_persistent_seqs (default 1) sequences run all layers in one persistent
- * kernel instead
+ * small kernel cost more in launch and drain than its work. Pure-decode steps of one sequence
+ * run all layers in one persistent kernel instead, where it supports the model's shape
  * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
- * through shared memory ahead of them. Pure-decode steps are captured as a CUDA graph and
- * replayed, one graph per (batch size, context-length bucket): the decode
- * attention grid covers the bucket (a power of two), blocks past a sequence's length exit at
- * once, so a graph serves every length in its bucket.
+ * through shared memory ahead of them. At 2 and 4 sequences it measured slower than the five
+ * kernels a layer. Kernels are launched as programmatic dependents (kernels/kernels.h), so each
+ * overlaps its predecessor's tail. Pure-decode steps are captured as a CUDA graph and replayed,
+ * one graph per (batch size, context-length bucket): the decode attention grid covers the
+ * bucket (a power of two), blocks past a sequence's length exit at once, so a graph serves
+ * every length in its bucket.
  *
  * Decode attention splits each context into partitions of 32..256 tokens, the largest that still
  * gives the GPU about 4096 blocks: a batch of 64 long contexts uses 256, a single sequence 32.
@@ -38,12 +39,15 @@
 #include <string.h>
 
 #include "engine/cpu_ops.h"
-#include "engine/cuda_check.h"
 #include "engine/weights.h"
+#include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+
+_Static_assert(CU_ERR_DEVICE == ENGINE_ERR_DEVICE, "a failed CUDA call is a device error");
 
 #define MAX_GRAPHS 128
 #define PF_TILE K_PREFILL_TILE
+#define SKINNY_MAX_ROWS 8 /* GEMMs of at most this many rows stream weights (k_gemm_skinny) */
 
 typedef struct cuda_layer {
     bf16_t *attn_norm; /* (h) */
@@ -97,10 +101,10 @@ typedef struct cuda_model {
     float *logits; /* (N, V) */
     float *partials; /* decode split-K partials */
     int32_t *counters;
-    /* persistent decode kernel (NULL when off or unsupported) */
+    /* persistent decode kernel (NULL when it does not run the model) */
     k_layer_w *d_layers; /* (L) */
     float *ds_partials;  /* (ds_seqs, nh, k_decode_stream_grid(), hd + 4) */
-    int32_t ds_seqs;     /* largest pure-decode step it runs */
+    int32_t ds_seqs;     /* largest pure-decode step it runs: 1, or 0 when it does not run the model */
     unsigned *ds_barrier;
     int32_t *h_meta, *d_meta; /* pinned host / device step arrays */
     int64_t meta_cap;
@@ -250,14 +254,12 @@ static int load_weights(cuda_model *m, const wt_source *src, terr *e)
         bf16_t *dst = fused_base(m, &ts[i]) + ts[i].row_offset * cols;
         int64_t count = ts[i].rows * ts[i].cols;
         if (src->synthetic) {
-            cudaError_t err = k_synth_bf16(dst, count, src->seed, ts[i].synth_id, ts[i].synth_mean,
-                                           ts[i].synth_std, m->stream);
-            if (err != cudaSuccess) rc = cu_fail(e, __FILE__, __LINE__, "k_synth_bf16", cudaGetErrorString(err));
+            rc = CU_CALL(k_synth_bf16(dst, count, src->seed, ts[i].synth_id, ts[i].synth_mean,
+                                      ts[i].synth_std, m->stream));
         } else if (wt_read_bf16(src, &ts[i], staging, e)) {
             rc = ENGINE_ERR_INPUT;
         } else {
-            cudaError_t err = cudaMemcpy(dst, staging, (size_t)count * 2, cudaMemcpyHostToDevice);
-            if (err != cudaSuccess) rc = cu_fail(e, __FILE__, __LINE__, "cudaMemcpy", cudaGetErrorString(err));
+            rc = CU_CALL(cudaMemcpy(dst, staging, (size_t)count * 2, cudaMemcpyHostToDevice));
         }
     }
     free(staging);
@@ -300,24 +302,15 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     do {                                                                                          \
         if ((rc = (call))) goto fail;                                                             \
     } while (0)
-#define CU(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t err_ = (call);                                                                \
-        if (err_ != cudaSuccess) {                                                                \
-            rc = cu_fail(e, __FILE__, __LINE__, #call, cudaGetErrorString(err_));                 \
-            goto fail;                                                                            \
-        }                                                                                         \
-    } while (0)
+#define CU(call) TRY(CU_CALL(call))
     CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
-    if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) {
-        terr_set(e, "cublasCreate failed");
-        goto fail;
-    }
-    cublasSetStream(m->blas, m->stream);
+    TRY(BLAS_CALL(cublasCreate(&m->blas)));
+    TRY(BLAS_CALL(cublasSetStream(m->blas, m->stream)));
     TRY(dev_alloc(&m->blas_ws, 32u << 20, "the cuBLAS workspace", e));
-    cublasSetWorkspace(m->blas, m->blas_ws, 32u << 20); /* no allocation inside graph capture */
+    /* no allocation inside graph capture */
+    TRY(BLAS_CALL(cublasSetWorkspace(m->blas, m->blas_ws, 32u << 20)));
 
     TRY(alloc_weights(m, e));
     TRY(load_weights(m, src, e));
@@ -349,15 +342,11 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
                   "attention partials", e));
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
-    /* Largest batch it runs: cuda_persistent_seqs (default 1: faster than the five-kernel path
-     * there, slower at 2 and 4; docs/engine.md, "The streamed decode kernel"). */
-    int32_t ds_max = (int32_t)min_i64(min_i64(4, o->cuda_persistent_seqs), min_i64(T, N));
-    for (int32_t M = ds_max; o->cuda_persistent && o->cuda_fuse && M >= 1; M--)
-        if (k_decode_stream_supported(M, h, I, mc->num_heads, mc->num_kv_heads, hd,
-                                      (int32_t)min_i64(INT32_MAX, (int64_t)M * o->max_model_len))) {
-            m->ds_seqs = M;
-            break;
-        }
+    /* The persistent decode kernel runs pure-decode steps of one sequence (docs/engine.md, "The
+     * streamed decode kernel"). */
+    if (k_decode_stream_supported(h, I, mc->num_heads, mc->num_kv_heads, hd,
+                                  (int32_t)min_i64(INT32_MAX, o->max_model_len)))
+        m->ds_seqs = 1;
     if (m->ds_seqs > 0) {
         k_layer_w *lw = xcalloc((size_t)mc->num_layers, sizeof *lw);
         for (int32_t i = 0; i < mc->num_layers; i++) {
@@ -388,7 +377,6 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     TRY(dev_alloc((void **)&m->d_tok, (size_t)N * 4, "sampling", e));
     CU(cudaMallocHost((void **)&m->h_tok, (size_t)N * 4));
     CU(cudaStreamSynchronize(m->stream));
-    k_set_pdl(o->cuda_pdl);
     return 0;
 #undef TRY
 #undef CU
@@ -402,7 +390,7 @@ fail:
 static int gemm(cuda_model *m, const bf16_t *x, const bf16_t *w, void *y, int y_f32, int accumulate,
                 int32_t M, int32_t N, int32_t K, terr *e)
 {
-    if (M <= m->o.skinny_max_tokens && M <= 8) {
+    if (M <= SKINNY_MAX_ROWS) {
         k_skinny_args a = {.x = x, .w = w, .y = y, .M = M, .N = N, .K = K, .pro = K_PRO_NONE,
                            .epi = accumulate ? K_EPI_RESIDUAL : y_f32 ? K_EPI_F32 : K_EPI_BF16};
         CU_TRY(k_gemm_skinny_fused(&a, m->stream));
@@ -435,8 +423,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
     (void)B;
     /* Decode-sized steps run fused (see the top of this file); the norm prologue stages the
      * normalised rows in shared memory, hence the size limit. */
-    bool fuse = m->o.cuda_fuse && T <= 8 && T <= m->o.skinny_max_tokens &&
-                (int64_t)T * h * 2 <= K_SKINNY_SMEM;
+    bool fuse = T <= SKINNY_MAX_ROWS && (int64_t)T * h * 2 <= K_SKINNY_SMEM;
     CU_TRY(k_embed(m->embed, d + l->tok, T, h, m->x, m->stream));
     bool persistent = fuse && nd == T && np == 0 && T <= m->ds_seqs;
     if (persistent) {
@@ -487,7 +474,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
         if (gemm(m, m->act, L->wdown, m->x, 1, 1, T, h, I, e)) return ENGINE_ERR_DEVICE;
     }
     if (N > 0) {
-        if (fuse && N <= 8 && (int64_t)N * h * 2 <= K_SKINNY_SMEM) {
+        if (fuse && N <= SKINNY_MAX_ROWS && (int64_t)N * h * 2 <= K_SKINNY_SMEM) {
             k_skinny_args f = {.x = m->x, .x_rows = d + l->rows, .norm_w = m->final_norm,
                                .eps = eps, .w = m->lm_head, .y = m->logits, .M = N,
                                .N = mc->vocab_size, .K = h, .pro = K_PRO_NORM, .epi = K_EPI_F32};

@@ -23,11 +23,6 @@ void engine_opts_default(engine_opts *o)
         .max_tokens = 2048,
         .max_seqs = 256,
         .cuda_graphs = true,
-        .cuda_pdl = true,
-        .skinny_max_tokens = 8,
-        .cuda_fuse = true,
-        .cuda_persistent = true,
-        .cuda_persistent_seqs = 1,
     };
 }
 

@@ -70,21 +70,9 @@ typedef struct engine_opts {
     bool cpu_round_bf16;       /* cpu: round weights, KV and GEMM inputs to bf16 where the GPU
                                   does, so GPU and CPU logits agree to bf16 accumulation error */
     bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
-    bool cuda_pdl;             /* cuda: programmatic dependent launch (kernels overlap their
-                                  neighbours' launch and tail; process-wide) */
-    int32_t skinny_max_tokens; /* cuda: GEMMs with at most this many rows use the engine's own
-                                  weight-streaming kernel instead of cuBLAS (0: never) */
-    bool cuda_fuse;            /* cuda: steps of at most 8 rows run the fused decode path (norms,
-                                  RoPE + KV write and SiLU * up inside the skinny GEMMs) */
-    bool cuda_persistent;      /* cuda: pure-decode steps of at most cuda_persistent_seqs
-                                  sequences run every layer in one persistent kernel that streams
-                                  weights and KV ahead of its phases (shapes
-                                  k_decode_stream_supported; needs cuda_fuse) */
-    int32_t cuda_persistent_seqs; /* 1..4; default 1, the batch where it measured faster */
 } engine_opts;
 
-/* Fills the defaults above (backend "cuda"; graphs, PDL, fusion and the persistent decode
- * kernel for batch 1 on; skinny GEMM up to 8 rows). */
+/* Fills the defaults above (backend "cuda", CUDA graphs on). */
 void engine_opts_default(engine_opts *o);
 
 typedef struct engine_backend_ops {

@@ -5,6 +5,8 @@
 #                    transformers in python3.
 #   make bench-gpu   kernel and whole-step benchmarks on the GPU (figures: docs/engine.md).
 #   make profile-gpu whole steps kernel by kernel (CUPTI trace) with the GPU's clocks (NVML).
+#   make calib       build/roofline_probe (sim/calib/roofline_probe.cu): the rates the cost
+#                    model's constants stand on; run it on the GPU machine (not part of `all`).
 #
 # Both build here and run engine/gpu_check.sh, which runs prebuilt binaries only (the GPU
 # machine has no Debian libraries to build with). For a GPU machine without libmpi, build with
@@ -33,7 +35,11 @@ $(ENGINE_BENCH):
 	@echo "bench-gpu needs CUDA (nvcc)" >&2; exit 1
 endif
 
-test-gpu: $(BUILD)/tandem $(BUILD)/tests/test_engine_gpu
+# The GPU tests share tests/testutil_gpu.c (comparisons with the CPU reference, the skip rule).
+GPU_TESTS := $(BUILD)/tests/test_kernels_gpu $(BUILD)/tests/test_engine_gpu
+$(GPU_TESTS): $(BUILD)/chk/tests/testutil_gpu.o
+
+test-gpu: $(BUILD)/tandem $(GPU_TESTS)
 	BIN=$(BUILD) bash engine/gpu_check.sh test
 
 bench-gpu: $(BUILD)/tandem $(ENGINE_BENCH)
@@ -41,3 +47,16 @@ bench-gpu: $(BUILD)/tandem $(ENGINE_BENCH)
 
 profile-gpu: $(ENGINE_BENCH)
 	BIN=$(BUILD) bash engine/gpu_check.sh profile
+
+# The cost model's calibration probe (its output on this project's H200: sim/calib/h200-probe.txt).
+CALIB_PROBE := $(BUILD)/roofline_probe
+.PHONY: calib
+ifeq ($(CUDA),1)
+calib: $(CALIB_PROBE)
+$(CALIB_PROBE): sim/calib/roofline_probe.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I. -Icore -MMD -MP -o $@ $< -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas
+else
+calib:
+	@echo "calib needs CUDA (nvcc)" >&2; exit 1
+endif

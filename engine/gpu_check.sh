@@ -17,6 +17,8 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit,enforced.power.limit --format=csv 2>&1 | tee "$OUT/gpu.txt"
 
 if [ "$what" = test ] || [ "$what" = all ]; then
+    echo "== test_kernels_gpu"
+    TANDEM_REQUIRE_GPU=1 timeout -k 5 "$T_TEST" "$BIN/tests/test_kernels_gpu" 2>&1 | tee "$OUT/test_kernels_gpu.log" || status=1
     echo "== test_engine_gpu"
     TANDEM_REQUIRE_GPU=1 TANDEM_BIN="$BIN/tandem" timeout -k 5 "$T_TEST" "$BIN/tests/test_engine_gpu" 2>&1 | tee "$OUT/test_gpu.log" || status=1
     echo "== compare_hf"
@@ -33,6 +35,7 @@ fi
 
 echo
 echo "==================== summary ===================="
+[ -f "$OUT/test_kernels_gpu.log" ] && grep -E "^[0-9]+%: Checks|Failures|:F:|:E:" "$OUT/test_kernels_gpu.log"
 [ -f "$OUT/test_gpu.log" ] && grep -E "^[0-9]+%: Checks|Failures|:F:|:E:" "$OUT/test_gpu.log"
 [ -f "$OUT/compare_hf.log" ] && grep -E "PASS|FAIL|greedy tokens:|rel L2 per row|compare_hf:" "$OUT/compare_hf.log"
 [ -f "$OUT/bench.log" ] && grep -E "STEP|decode attention|prefill attention|ceiling" "$OUT/bench.log"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/numerics.h"
+#include "kernels/numerics.h"
 
 /* Synthetic values. Matrices are N(0, 1/fan_in), so every projection keeps unit-scale
  * activations at any width (for h = 4096 that is 0.016, close to Hugging Face's 0.02 init; a

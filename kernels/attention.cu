@@ -321,14 +321,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 // Q tile, then K and V double buffers: 102 KB at hd 128, two blocks per SM.
 template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (HD + 8) * 2; }
 
-// The kernel's schedule. The first version (4 warps x 32 rows, so each K/V fragment fed two
-// MMAs; `unroll 1` loops; exp2f; O rescaled on every update; history: 2710def) ran at ~165
-// TFLOP/s at n = 2048, hd 128, against ~300 for a good mma.sync FlashAttention-2 on Hopper: with
-// two 4-warp blocks per SM (two warps per scheduler) it was latency bound, not throughput bound,
-// so every change here keeps more independent work in flight per warp:
+// Why the kernel is arranged as it is: with two blocks per SM (two warps per scheduler) a
+// FlashAttention-2 loop on mma.sync is latency bound, not throughput bound, so every choice here
+// keeps more independent work in flight per warp:
 //  - the head-dim (kk) loop and the sub-tile loop are unrolled, so the ldmatrix loads of step
-//    kk + 1 are issued while the MMAs of step kk run (with `unroll 1` each step waited for its
-//    own loads, ~30 cycles, with only one other warp to cover it);
+//    kk + 1 are issued while the MMAs of step kk run;
 //  - exp2 is ex2.approx.ftz (one MUFU op; exp2f without --use_fast_math wraps it in extra
 //    instructions for denormals): inputs are s - m <= PF_SLACK and results are rounded to bf16, so the
 //    approximation (2 ulp) and flushing results below 2^-126 to zero cannot be seen;
@@ -338,28 +335,20 @@ template <int HD> constexpr int pf_smem_bytes() { return (PF_BQ + 4 * PF_BK) * (
 //    lets p reach 2^PF_SLACK (bf16 and fp32 keep their relative precision). In a causal
 //    prefill the max settles after the first tiles, so the 128 multiplies of O per sub-tile
 //    (as many FP32 ops as the PV MMAs take issue slots) mostly disappear;
-//  - 8 warps of 16 rows (128 registers, so two blocks of 8 warps per SM fit): twice the warps
-//    hide latency, at more shared-memory reads per MMA (each K/V fragment feeds one m16 tile's
-//    MMAs instead of two); 64 keys per softmax update halve the Q fragment reloads and softmax
-//    bookkeeping per key for 16 more registers of S (no spills at hd 128).
-// pf_variant<V>: NW warps of 128 / NW query rows, SUB keys per softmax update. 0 is the kernel;
-// k_set_prefill_variant picks 1 (4 warps x 32 rows, SUB 32: the first version's arrangement,
-// 255 registers) or 2 (8 warps, SUB 32) for benchmarks. H200, n = 2048 (bench_engine_gpu
-// kernels): 0.165 ms for 0, 0.175 for 1, 0.168 for 2, 0.212 for the first version. Holding Q
-// fragments in registers was tried with 8 warps: with two blocks per SM it spills at hd 128, and
-// with one block per SM it ran no faster than the first version (175 and 167 TFLOP/s).
+//  - PF_NW = 8 warps of 16 rows (128 registers, so two blocks of 8 warps per SM fit): twice the
+//    warps of a 4 x 32-row arrangement hide latency, at more shared-memory reads per MMA (each
+//    K/V fragment feeds one m16 tile's MMAs instead of two); PF_SUB = 64 keys per softmax update
+//    halve the Q fragment reloads and softmax bookkeeping per key against 32, for 16 more
+//    registers of S (no spills at hd 128). H200, causal n = 2048, hd 128: 0.16 ms.
 #define PF_SLACK 8.0f
+#define PF_NW 8   // warps a block, 128 / PF_NW query rows each
+#define PF_SUB 64 // keys per softmax update
 
-template <int V> struct pf_variant;
-template <> struct pf_variant<0> { static constexpr int NW = 8, SUB = 64; };
-template <> struct pf_variant<1> { static constexpr int NW = 4, SUB = 32; };
-template <> struct pf_variant<2> { static constexpr int NW = 8, SUB = 32; };
-
-template <int HD, int V>
-__global__ void __launch_bounds__(pf_variant<V>::NW * 32, 2) // two blocks per SM (pf_smem_bytes)
+template <int HD>
+__global__ void __launch_bounds__(PF_NW * 32, 2) // two blocks per SM (pf_smem_bytes)
 prefill_attn_kernel(k_attn_args a, const int32_t *items)
 {
-    constexpr int NW = pf_variant<V>::NW, SUB = pf_variant<V>::SUB;
+    constexpr int NW = PF_NW, SUB = PF_SUB;
     constexpr int THREADS = NW * 32, MT = PF_BQ / (16 * NW); // m16 tiles per warp
     constexpr int LDS = HD + 8, KSTEPS = HD / 16, NT = HD / 8;
     constexpr int KV_ITERS = PF_BK * (HD / 8) / THREADS;
@@ -572,69 +561,39 @@ prefill_attn_kernel(k_attn_args a, const int32_t *items)
     }
 }
 
-template <int HD, int V> static cudaError_t prefill_attr(void)
+template <int HD> static cudaError_t prefill_attr(void)
 {
     static bool done = false;
     if (done) return cudaSuccess;
-    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD, V>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, pf_smem_bytes<HD>());
+    cudaError_t err = cudaFuncSetAttribute(prefill_attn_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           pf_smem_bytes<HD>());
     done = err == cudaSuccess;
     return err;
 }
 
-template <int HD, int V>
-static cudaError_t launch_prefill_v(const k_attn_args *a, const int32_t *items, int32_t num_items,
-                                    cudaStream_t stream)
-{
-    cudaError_t err = prefill_attr<HD, V>();
-    if (err != cudaSuccess) return err;
-    return k_launch(prefill_attn_kernel<HD, V>, dim3(a->nh, num_items), dim3(pf_variant<V>::NW * 32),
-                    pf_smem_bytes<HD>(), stream, *a, items);
-}
-
-// Every instantiation's shared-memory limit up front (not lazily inside a graph capture).
-template <int HD> static cudaError_t prefill_init(void)
-{
-    const cudaError_t e[3] = {prefill_attr<HD, 0>(), prefill_attr<HD, 1>(), prefill_attr<HD, 2>()};
-    for (int i = 0; i < 3; i++)
-        if (e[i] != cudaSuccess) return e[i];
-    return cudaSuccess;
-}
-
+// Every head dim's shared-memory limit up front (not lazily inside a graph capture), the wgmma
+// kernel's too where it runs.
 cudaError_t k_prefill_init(void)
 {
     cudaError_t err;
-    if ((err = prefill_init<32>()) != cudaSuccess) return err;
-    if ((err = prefill_init<64>()) != cudaSuccess) return err;
-    k_prefill_wgmma_ok(); // its limit too, where it runs
-    return prefill_init<128>();
+    if ((err = prefill_attr<32>()) != cudaSuccess) return err;
+    if ((err = prefill_attr<64>()) != cudaSuccess) return err;
+    k_prefill_wgmma_ok();
+    return prefill_attr<128>();
 }
 
-static int prefill_variant = 0;
-extern "C" void k_set_prefill_variant(int v) { prefill_variant = v >= 1 && v <= K_PREFILL_VARIANTS ? v : 0; }
-
-// Variant 0 is the wgmma kernel (prefill_wgmma.cu) where it runs (hd 128 on an sm_90 GPU) and
-// this file's kernel elsewhere; 1 and 2 are this kernel's alternative schedules, 3 its default
-// schedule on every GPU (what variant 0 was before the wgmma kernel), 4..6 the wgmma kernel's
-// other schedules.
+// The wgmma kernel (prefill_wgmma.cu) where it runs (hd 128 with a power-of-two block size on a
+// compute capability 9.0 GPU), this file's kernel elsewhere.
 template <int HD>
 static cudaError_t launch_prefill(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                   cudaStream_t stream)
 {
     if (num_items > 65535) return cudaErrorInvalidValue;
-    switch (prefill_variant) {
-    case 1: return launch_prefill_v<HD, 1>(a, items, num_items, stream);
-    case 2: return launch_prefill_v<HD, 2>(a, items, num_items, stream);
-    case 3: return launch_prefill_v<HD, 0>(a, items, num_items, stream);
-    case 4:
-    case 5:
-    case 6:
-        if (k_prefill_wgmma_runs(a)) return k_prefill_wgmma(a, items, num_items, prefill_variant - 3, stream);
-        return launch_prefill_v<HD, 0>(a, items, num_items, stream);
-    default:
-        if (k_prefill_wgmma_runs(a)) return k_prefill_wgmma(a, items, num_items, 0, stream);
-        return launch_prefill_v<HD, 0>(a, items, num_items, stream);
-    }
+    if (k_prefill_wgmma_runs(a)) return k_prefill_wgmma(a, items, num_items, stream);
+    cudaError_t err = prefill_attr<HD>();
+    if (err != cudaSuccess) return err;
+    return k_launch(prefill_attn_kernel<HD>, dim3(a->nh, num_items), dim3(PF_NW * 32), pf_smem_bytes<HD>(), stream,
+                    *a, items);
 }
 
 extern "C" cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items,

@@ -1,5 +1,6 @@
 // common.cuh: helpers shared by the kernels: launch with programmatic dependent launch, the
-// griddepcontrol instructions, bf16 vector conversions, warp and block reductions.
+// griddepcontrol instructions, bf16 vector conversions, warp and block reductions; and the few
+// functions one kernel file calls in another.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +9,13 @@
 
 #include "kernels/kernels.h"
 
-extern int k_pdl_enabled;
+// Between the kernel files, not part of kernels.h (C++ linkage):
+// the kernels' shared-memory limits, once (attention.cu; k_init calls it);
+cudaError_t k_prefill_init(void);
+// the wgmma prefill kernel (prefill_wgmma.cu): whether it takes these arguments on this GPU
+// (hd 128, a power-of-two block size, compute capability 9.0), and its launcher.
+int k_prefill_wgmma_runs(const k_attn_args *a);
+cudaError_t k_prefill_wgmma(const k_attn_args *a, const int32_t *items, int32_t num_items, cudaStream_t stream);
 
 // An attribute of the current device, or fallback when it cannot be read.
 static inline int k_device_attr(cudaDeviceAttr attr, int fallback)
@@ -28,8 +35,8 @@ __device__ __forceinline__ void griddep_launch_next()
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// Launches kern<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization
-// when PDL is on, and returns the launch error.
+// Launches kern<<<grid, block, smem, stream>>>(args...) as a programmatic dependent (kernels.h)
+// and returns the launch error.
 template <typename... KArgs, typename... Args>
 static cudaError_t k_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
                             cudaStream_t stream, Args... args)
@@ -41,7 +48,7 @@ static cudaError_t k_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = k_pdl_enabled ? 1 : 0;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     cudaError_t err = cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);

@@ -1,36 +1,36 @@
-// decode_stream.cu: every layer of a pure-decode step (M <= 4 sequences, one row each) in one
-// persistent kernel whose weight and KV reads never stop at a phase boundary.
+// decode_stream.cu: every layer of a pure-decode step of one sequence in one persistent kernel
+// whose weight and KV reads never stop at a phase boundary.
 //
 // Why. At batch 1 a decode step is 13 GB of weights streamed through ~160 kernels, and each
 // boundary drains the memory pipeline: the last loads of one kernel land, its blocks exit, and
 // the next kernel's blocks only then issue theirs (~4 us lost per GEMM); batch-1 attention, a
-// chain of short dependent round trips, takes 15 us for a 4 us roofline. An earlier persistent
-// kernel (history: c2f8ddf) kept the grid resident but still loaded weights into registers
-// after each grid barrier, so every phase ramped up and drained as before. Here nothing that
-// the loads need depends on the barriers: weights never change, and the KV rows of every
-// context token but the newest were written by earlier steps. So one producer warp per block
-// walks the block's share of the whole step (every layer's QKV, KV, O, gate/up and down bytes,
-// in the order the consumers use them) and streams it with bulk copies (TMA, cp.async.bulk)
-// into a ring of shared-memory slots, as far ahead as the ring allows (~190 KB a block, ~6 us
-// of the block's share of bandwidth). Barriers, prologues and the attention merge stall only
-// the consumers; memory stays busy. Two slots' copies pending at a time are enough for the copy
-// rate (K_DECODE_INFLIGHT_DEFAULT); more only queued in front of the consumers' own L2 accesses,
-// whose round trips (~2 us while the stream runs) are what the phases' tails are made of. So the
-// consumers avoid waiting on L2 where they can: residual adds are reductions (red), and the
-// merge issues all its loads at once. And where they cannot (grid barriers, the staging of a
-// phase's input, the attention merge's counter and loads, the wait for every block's Q rows),
-// their block's producer goes quiet: at most one unit pending until they are through
-// (k_set_decode_quiet; 3.5% faster at batch 1: 3.62-3.63 against 3.75 ms, bench_engine_gpu ab).
-// The ring is full by then anyway; what the producer held back was only lengthening the round
-// trips. Holding every copy (none pending) was slower (3.68-3.71): the next phase started dry.
-// After a barrier the phase runs at the consumers' pace until the ring has drained, and they
-// multiply only 1.4-1.6 times as fast as the stream refills it (bench_engine_gpu consume), so
-// their instructions count: bf16 unpacked with one integer op a value, two FMA chains, rows
-// two a task where a unit allows, no division for the ring's slot (3.55 against 3.65 ms).
+// chain of short dependent round trips, takes 15 us for a 4 us roofline. Keeping the grid
+// resident is not enough if each phase still loads its weights after a grid barrier: every phase
+// would ramp up and drain as before. But nothing that the loads need depends on the barriers:
+// weights never change, and the KV rows of every context token but the newest were written by
+// earlier steps. So one producer warp per block walks the block's share of the whole step (every
+// layer's QKV, KV, O, gate/up and down bytes, in the order the consumers use them) and streams it
+// with bulk copies (TMA, cp.async.bulk) into a ring of shared-memory slots (decode_ring.cuh), as
+// far ahead as the ring allows (~190 KB a block, ~6 us of the block's share of bandwidth).
+// Barriers, prologues and the attention merge stall only the consumers; memory stays busy. Two
+// slots' copies pending at a time are enough for the copy rate (DS_INFLIGHT); more only queue in
+// front of the consumers' own L2 accesses, whose round trips (~2 us while the stream runs) are
+// what the phases' tails are made of. So the consumers avoid waiting on L2 where they can:
+// residual adds are reductions (red), and the merge issues all its loads at once. And where they
+// cannot (grid barriers, the staging of a phase's input, the attention merge's counter and loads,
+// the wait for every block's Q rows), their block's producer goes quiet: at most one unit pending
+// until they are through (3.5% faster at batch 1 than never quiet; holding every copy was slower:
+// the next phase started dry). After a barrier the phase runs at the consumers' pace until the
+// ring has drained, and they multiply only 1.4-1.6 times as fast as the stream refills it
+// (kernels/dev/decode_stream_probes.cu), so their instructions count: bf16 unpacked with one
+// integer op a value, two FMA chains, rows two a task where a unit allows, no division for the
+// ring's slot.
+//
+// The engine runs it at batch 1, where it beats the five fused kernels a layer (at 2 and 4
+// sequences it did not): the device code is written for M rows and built for M = 1.
 //
 // A block = 8 consumer warps + 1 producer warp + 1 signal warp, one block per SM, launched
-// cooperatively. Ring slot s has two mbarriers: full[s] (the producer's arrive.expect_tx; the
-// copies complete it) and empty[s] (one arrival per consumer warp once it has read the slot).
+// cooperatively.
 //
 // Phases of a layer, each after a grid barrier (consumers only) but the second:
 //   1. QKV: RMSNorm of the residual rows into shared memory; units of upr weight rows; the
@@ -38,8 +38,7 @@
 //      units claimed, so every block's are stored long before the phase ends: the signal warp
 //      counts its block's in, waits for all blocks', stages the block's first query heads and
 //      lets the consumers into attention as soon as they finish their QKV units; it counts the
-//      block's QKV rows in for the merges (k_set_decode_early_q; 3.0% faster at batch 1 than a
-//      grid barrier here: 3.74 against 3.86 ms).
+//      block's QKV rows in for the merges (3.0% faster at batch 1 than a grid barrier here).
 //   2. attention: the block's contiguous share of all context tokens but the newest (all
 //      sequences laid end to end, once per KV-head group); the ring brings TPS tokens' K and V
 //      rows per slot; warp w owns query heads w, w + 8, ..; online softmax; one partial (o, m, l)
@@ -50,128 +49,31 @@
 // GEMM units (up to 8 weight rows, one ring slot) are claimed by the producers from a counter
 // per phase as their rings have room, so blocks whose bytes arrive sooner take more; the producer
 // tells its consumers which unit a slot holds, and ends each phase with a marker slot.
-// (k_set_decode_dynamic(0): fixed contiguous shares, rotated per phase.)
 //
 // Coherence: everything written during the kernel is read with ld.global.cg (L2): an SM's L1 is
 // not coherent with other SMs' stores. The ring is only written by bulk copies of data the
 // kernel never writes (weights, old KV rows).
 //
-// Tried and measured slower at batch 1, context 1024 (bench_engine_gpu ab, 3.74 ms as the base):
-// sending the next phase's first 64-512 KB a block to L2 once a phase's copies were issued
-// (cp.async.bulk.prefetch or prefetch.global.L2, past the ring's units or not: 3.86-4.34 ms; the
-// trace showed the following phases waiting longer for data, as if the lines were fetched twice);
-// attention's output as NCCL-style LL words (data + flag in one 64-bit store) polled by every
-// block instead of a grid barrier and a load (3.84 ms: the polling slowed the merges and the
-// stream); every consumer warp polling the barrier, staggered (3.85 ms: the barrier's line got
-// slower); no in-flight limit on attention's KV copies (no change); claiming 2-8 units ahead
-// and sending them to L2 whenever the ring was full (3.94-4.15 ms); a unit's second half of rows
-// issued only once the previous unit landed (1.5 units pending, 3.82 against 3.755 ms); attention
-// partials as LL words to fixed mergers (3.83-3.85 against 3.82 on the same branch: the counter
-// shrank, the polled merge grew) and GEMM tasks split across warps by K (5.58 ms; tag
-// tried/decode-experiments); attention by single KV heads, every block merging the heads'
-// partials itself after the barrier (4.13-4.17 against 3.65 ms: 256-byte bulk copies stream
-// slowly, and 132 blocks reading the same 45 KB of partials queue on the same L2 lines; tag
-// tried/merge-in-staging); the consumers on the tensor cores, a unit to a warp as mma.sync
-// (5.12-5.24 ms: a sixteenth of each MMA's rows is real; tag tried/tensor-core-consumers);
-// three of down's 22 KB rows in flight instead of two (3.76 against 3.745 ms), although the
-// ring alone streams 3% faster so (bench_engine_gpu stream: 4.41 against 4.27 TB/s; 4.45 with
-// two 32 KB units); 44 KB slots, down's rows two a unit and a task (3.67 against 3.55 ms: four
-// slots instead of six). Every change that put more bytes in flight lengthened the consumers'
-// L2 round trips (barriers, norms, merges), and those and the consumers' own pace, not the
-// stream, set the step's time. ncu: 1.6% of warp stalls are instruction-cache misses, although
-// the kernel is 216 KB of SASS.
+// More bytes in flight lengthen the consumers' L2 round trips (barriers, norms, merges); those and
+// the consumers' own pace, not the stream, set the step's time.
 #include <math.h>
 
-#include "kernels/skinny_rows.cuh"
+#include "kernels/decode_ring.cuh"
 
-#define DS_CWARPS 8
-#define DS_CTHREADS (DS_CWARPS * 32)
-#define DS_THREADS (DS_CTHREADS + 64) // + the producer warp + the signal warp
-// Named barriers (0 is __syncthreads): the consumer warps alone, and three that the consumer
-// warps arrive at and the signal warp waits at (or the reverse), once a layer each.
-#define DS_BAR_CONSUMERS 1
-#define DS_BAR_Q_PASSED 2 // consumers -> signal: this block's Q rows are stored
-#define DS_BAR_QKV_DONE 3 // consumers -> signal: all this block's QKV rows are stored
-#define DS_BAR_Q_READY 4  // signal -> consumers: every block's Q rows are stored, the first segment's staged
+#define DS_INFLIGHT 2  // ring units' copies pending per block, at most (64 KB a block, ~8 MB chip-wide)
 #define DS_TPS_MAX 8   // context tokens per ring slot, at most
 #define DS_HPW_MAX 4   // query heads per consumer warp, at most (nh <= 32)
-#define DS_MAX_SLOTS 16
 #define DS_MAX_GRID 256
 #define DS_PSTRIDE(hd) ((hd) + 4) // floats per partial: o[hd], m, l, 2 unused (16-byte rows)
 #define DS_LOG2E 1.4426950408889634f
 
 enum { PH_QKV, PH_ATTN, PH_O, PH_GU, PH_DOWN };
 
-// ---- PTX wrappers: mbarriers, bulk copies, named barrier -----------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
-{
-    asm volatile("{\n\t.reg .pred p;\n"
-                 "WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-
-// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on bar.
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar,
-                                          uint64_t policy)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
-                 : "memory");
-}
-
-__device__ __forceinline__ uint64_t evict_first_policy()
-{
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-
-// The consumer warps only (the producer never joins).
-__device__ __forceinline__ void consumer_sync()
-{
-    asm volatile("bar.sync %0, %1;" ::"n"(DS_BAR_CONSUMERS), "n"(DS_CTHREADS) : "memory");
-}
-
-// The consumer warps and the signal warp. An arrival does not wait; it guarantees that the
-// arriving thread's earlier memory accesses are performed, for the threads that wait there, when
-// the barrier completes (PTX ISA, barrier.cta).
-template <int ID> __device__ __forceinline__ void signal_sync()
-{
-    asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(DS_CTHREADS + 32) : "memory");
-}
-template <int ID> __device__ __forceinline__ void signal_arrive()
-{
-    asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(DS_CTHREADS + 32) : "memory");
-}
-
 // ---- grid-wide counters ----------------------------------------------------------------------
 // A block publishes its writes with a release add by one thread after a CTA barrier (cumulative:
 // it covers the writes the barrier ordered before it), and learns of others' with relaxed polls
-// and one acquire fence, CUTLASS's pattern. (__threadfence, fence.sc, before the add and after
-// the poll measured 0.2% slower at batch 1: 3.852 against 3.845 ms.)
+// and one acquire fence, CUTLASS's pattern (a __threadfence, fence.sc, before the add and after
+// the poll measured slightly slower).
 
 __device__ __forceinline__ void red_release(unsigned *p, unsigned v)
 {
@@ -202,118 +104,10 @@ __device__ __forceinline__ void wait_geq(const unsigned *p, unsigned v)
     fence_acq_rel();
 }
 
-__device__ __forceinline__ unsigned long long globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-// k_set_decode_quiet: consumer thread 0 sets it while its block's producer is to hold its copies.
-__shared__ int ds_quiet;
-__device__ __forceinline__ int quiet_now() { return *(volatile int *)&ds_quiet; }
-__device__ __forceinline__ void set_quiet(int on) { *(volatile int *)&ds_quiet = on; }
-
-// ceil(2^32 / the ring's slot count) (ds_ring::set_ns)
-__shared__ unsigned ds_magic;
-
 // ---- geometry both sides agree on ---------------------------------------------------------------
-
-struct ds_ring {
-    unsigned char *slots;
-    uint64_t *full, *empty;
-    int *unit; // per slot: the GEMM unit it holds, or -1 for the end of the block's share of a phase
-    int ns, slot_bytes;
-    unsigned k; // units passed through the ring so far (this thread's count)
-    int inflight; // producer: at most this many units' copies pending (0: the ring's slots)
-    int quiet; // K_DECODE_QUIET_* bits: the producer holds its copies while ds_quiet is set
-    bool timed; // trace on: count the cycles spent waiting (consumer warp 0, producer lane 0)
-    long long waited;     // consumer: for data; producer: for a free slot (the ring full)
-    long long fly_waited; // producer: for the in-flight limit
-
-    // The slot count, and (thread 0, before the block's first __syncthreads) the multiplier that
-    // divides by it: every unit pays a division for its slot and parity, and the generic one
-    // (~20 instructions) was a tenth of a consumer warp's. In shared memory, as a register it
-    // pushed the kernel past its 168.
-    __device__ __forceinline__ void set_ns(int n)
-    {
-        ns = n;
-        if (threadIdx.x == 0) ds_magic = (unsigned)((0x100000000ull + (unsigned)n - 1) / (unsigned)n);
-    }
-    // i / ns, exact for i < 2^28 (ns <= 16; a launch passes a few thousand units through a ring)
-    __device__ __forceinline__ unsigned lap(unsigned i) const { return __umulhi(i, ds_magic); }
-    __device__ __forceinline__ unsigned idx(unsigned i) const { return i - lap(i) * ns; }      // i % ns
-    __device__ __forceinline__ unsigned char *slot(unsigned i) const { return slots + (size_t)idx(i) * slot_bytes; }
-    // Waits until unit k's bytes have landed. A consumer that needs ring data ends the producer's
-    // quiet first: it can never wait on a held producer.
-    __device__ __forceinline__ void wait_full()
-    {
-        if (quiet && quiet_now()) set_quiet(0);
-        const long long c0 = timed ? clock64() : 0;
-        mbar_wait(&full[idx(k)], lap(k) & 1);
-        if (timed) waited += clock64() - c0;
-    }
-    // Producer, before filling unit k's slot: until the consumers have freed it and, with an
-    // in-flight limit, unit k - inflight has landed.
-    __device__ __forceinline__ void acquire()
-    {
-        long long c0 = timed ? clock64() : 0;
-        if (k >= (unsigned)ns) mbar_wait(&empty[idx(k)], (lap(k) - 1) & 1);
-        if (timed) {
-            const long long c1 = clock64();
-            waited += c1 - c0, c0 = c1;
-        }
-        if (inflight && k >= (unsigned)inflight) {
-            const unsigned j = k - inflight;
-            mbar_wait(&full[idx(j)], lap(j) & 1);
-        }
-        if (quiet && quiet_now()) {
-            if ((quiet & K_DECODE_QUIET_SOFT) && k >= 1u) { // in-flight limit 1 while quiet
-                const unsigned j = k - 1;
-                mbar_wait(&full[idx(j)], lap(j) & 1);
-            } else {
-                while (quiet_now()) {
-                }
-            }
-        }
-        if (timed) fly_waited += clock64() - c0;
-    }
-    // Every thread, before the block's first __syncthreads: the ring's mbarriers (2 x
-    // DS_MAX_SLOTS at the start of smem; thread 0 initialises them and the slot multiplier), its
-    // ns slots of slot_bytes at smem + slots_off, the per-slot unit ids (s_unit, may be null),
-    // no count, no quiet, no timing.
-    __device__ __forceinline__ void setup(unsigned char *smem, int slots_off, int n, int bytes, int fly, int *s_unit)
-    {
-        full = reinterpret_cast<uint64_t *>(smem);
-        empty = full + DS_MAX_SLOTS;
-        slots = smem + slots_off;
-        unit = s_unit;
-        set_ns(n);
-        slot_bytes = bytes, k = 0, inflight = fly, quiet = 0;
-        timed = false, waited = fly_waited = 0;
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < ns; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], DS_CWARPS);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-    }
-    // This warp is done with unit k's slot (one arrival per consumer warp frees it).
-    __device__ __forceinline__ void release()
-    {
-        __syncwarp();
-        if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[idx(k)]);
-    }
-};
 
 // Token range of block g in the concatenation of all sequences' context tokens.
 __device__ __forceinline__ int64_t tok_bound(int g, int64_t total, int G) { return (int64_t)g * total / G; }
-
-// Units [u0, u1) of a phase with U units for this block.
-__device__ __forceinline__ void my_units(int U, int li, int ph, int &u0, int &u1)
-{
-    const int G = gridDim.x, r = (int)((blockIdx.x + (unsigned)(li * 5 + ph) * 29u) % G);
-    u0 = (int)((int64_t)r * U / G);
-    u1 = (int)((int64_t)(r + 1) * U / G);
-}
 
 // Flat row f of a GEMM phase (rows f = 2t, 2t + 1 are task t's pair).
 template <int EPI> __device__ __forceinline__ int flat_row(const k_skinny_args &sa, int f)
@@ -347,56 +141,25 @@ __device__ __forceinline__ int upr_of(const k_decode_args &a, int ph)
     return ph == PH_QKV ? a.upr[0] : ph == PH_O ? a.upr[1] : ph == PH_GU ? a.upr[2] : a.upr[3];
 }
 
-// ---- trace (k_set_decode_trace) ------------------------------------------------------------------
-// Records of four words per block: per layer five consumer barrier records, four points inside
-// attention, five producer records and four consumer GEMM-phase records (K_DECODE_TRACE_RECORDS).
-
-// This block's four words of trace record k, or NULL past the buffer.
-__device__ __forceinline__ unsigned long long *trace_rec(const k_decode_args &a, unsigned k)
-{
-    return a.trace && k < (unsigned)a.trace_n ? a.trace + ((size_t)k * gridDim.x + blockIdx.x) * 4 : nullptr;
-}
-
-// Producer record of (layer li, phase ph), once its units are issued (lane 0): SM clock, the
-// cycles waited for a free slot and for the in-flight limit, and the units issued (with the end
-// marker).
-__device__ __forceinline__ void producer_mark(const k_decode_args &a, int li, int ph, ds_ring &ring, unsigned k0)
-{
-    unsigned long long *t = (threadIdx.x & 31) == 0 ? trace_rec(a, K_DECODE_TRACE_PRODUCER(a.num_layers, li, ph)) : nullptr;
-    if (t) t[0] = clock64(), t[1] = ring.waited, t[2] = ring.fly_waited, t[3] = ring.k - k0;
-    ring.waited = ring.fly_waited = 0;
-}
-
-// Consumer record of layer li's GEMM phase g (0 QKV, 1 O, 2 gate/up, 3 down) for thread 0, else
-// NULL (consume_gemm).
-__device__ __forceinline__ unsigned long long *gemm_rec(const k_decode_args &a, int li, int g)
-{
-    return threadIdx.x == 0 ? trace_rec(a, K_DECODE_TRACE_GEMM(a.num_layers, li, g)) : nullptr;
-}
-
 // ---- producer --------------------------------------------------------------------------------
 
-// The block's units of one GEMM phase: [u0, u1) when claim is NULL, else claimed one at a time
-// from the phase's global counter, so that blocks whose bytes arrive sooner take more; then an
-// end-of-phase marker. Two claims are in flight while a unit's copies are issued: a claim is an
-// L2 round trip (~1 us while the stream runs), which with one in flight could hold the next
-// unit's copies back.
+// The block's units of one GEMM phase, claimed one at a time from the phase's global counter, so
+// that blocks whose bytes arrive sooner take more; then an end-of-phase marker. Two claims are in
+// flight while a unit's copies are issued: a claim is an L2 round trip (~1 us while the stream
+// runs), which with one in flight could hold the next unit's copies back.
 template <int EPI>
-__device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, int u0, int u1, unsigned *claim,
-                                             ds_ring &ring, uint64_t pol)
+__device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, unsigned *claim, ds_ring &ring,
+                                             uint64_t pol)
 {
     const int lane = threadIdx.x & 31;
     const unsigned row_bytes = (unsigned)sa.K * 2;
     const int U = (sa.N + upr - 1) / upr;
-    int u = u0, next = u0 + 1; // the unit to issue, and the one after it (lane 0's, when claimed)
-    if (claim) {
-        const int c = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(claim, 2u) : 0, 0);
-        u = c, next = c + 1;
-    }
+    // the unit to issue, and the one after it (lane 0's)
+    const int c = __shfl_sync(0xffffffffu, lane == 0 ? (int)atomicAdd(claim, 2u) : 0, 0);
+    int u = c, next = c + 1;
     for (;; ring.k++) {
-        int after = next + 1;
-        if (claim) after = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for two units on
-        const bool end = claim ? u >= U : u >= u1;
+        const int after = lane == 0 ? (int)atomicAdd(claim, 1u) : 0; // waited for two units on
+        const bool end = u >= U;
         const unsigned s = ring.idx(ring.k);
         ring.acquire();
         if (end) {
@@ -410,7 +173,7 @@ __device__ __forceinline__ void produce_gemm(const k_skinny_args &sa, int upr, i
         if (lane < rows)
             bulk_copy(ring.slot(ring.k) + lane * row_bytes, sa.w + (int64_t)flat_row<EPI>(sa, f0 + lane) * sa.K,
                       row_bytes, &ring.full[s], pol);
-        u = claim ? __shfl_sync(0xffffffffu, next, 0) : next;
+        u = __shfl_sync(0xffffffffu, next, 0);
         next = after;
     }
 }
@@ -443,9 +206,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
     const unsigned kv_row = (unsigned)kvg * a.hd * 2;    // bytes of one token's K (or V), one group
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
-        int u0, u1;
         for (int ph = PH_QKV; ph <= PH_DOWN; ph++) {
-            const unsigned k0 = ring.k;
             if (ph == PH_ATTN) {
                 for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
                     if (e_hi == base + lens[b]) e_hi--; // the newest token is read after phase 1 writes it
@@ -464,19 +225,16 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
                         }
                     }
                 });
-                producer_mark(a, li, ph, ring, k0);
                 continue;
             }
             const k_skinny_args sa = gemm_args(a, L, ph);
-            const int upr = upr_of(a, ph), U = (sa.N + upr - 1) / upr;
-            my_units(U, li, ph, u0, u1);
+            const int upr = upr_of(a, ph);
             // Each counter on a 128-byte line of its own, away from the barrier's: the consumers
             // spinning on the barrier slowed the claims (and the barrier) when they shared one.
-            unsigned *claim = a.dynamic ? a.barrier + 32 * (1 + li * 4 + (ph == PH_QKV ? 0 : ph - 1)) : nullptr;
-            if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, u0, u1, claim, ring, pol);
-            else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, u0, u1, claim, ring, pol);
-            else produce_gemm<K_EPI_RESIDUAL>(sa, upr, u0, u1, claim, ring, pol);
-            producer_mark(a, li, ph, ring, k0);
+            unsigned *claim = a.barrier + 32 * (1 + li * 4 + (ph == PH_QKV ? 0 : ph - 1));
+            if (ph == PH_QKV) produce_gemm<K_EPI_ROPE_KV>(sa, upr, claim, ring, pol);
+            else if (ph == PH_GU) produce_gemm<K_EPI_SILU>(sa, upr, claim, ring, pol);
+            else produce_gemm<K_EPI_RESIDUAL>(sa, upr, claim, ring, pol);
         }
     }
 }
@@ -485,7 +243,7 @@ __device__ void produce(const k_decode_args &a, const int *lens, int64_t total, 
 
 // The counters of k_decode_args.barrier past the grid barrier's and the unit claims (see
 // K_DECODE_SYNC_WORDS): the attention merge's per (layer, sequence, group), then per layer the
-// blocks whose Q rows, and whose QKV rows, are stored (early_q), each on a 128-byte line.
+// blocks whose Q rows, and whose QKV rows, are stored, each on a 128-byte line.
 __device__ __forceinline__ unsigned *merge_counter(const k_decode_args &a, int li, int b, int gi)
 {
     return a.barrier + 32 * (1 + 4 * a.num_layers) + li * 16 + b * 4 + gi;
@@ -496,39 +254,18 @@ __device__ __forceinline__ unsigned *q_counter(const k_decode_args &a, int li)
 }
 __device__ __forceinline__ unsigned *qkv_counter(const k_decode_args &a, int li) { return q_counter(a, li) + 32; }
 
-// Record k: SM clock at arrival c0 and at exit, global timer at exit, the cycles warp 0 waited
-// for ring data since the previous record. Thread 0.
-__device__ __forceinline__ void trace_mark(const k_decode_args &a, unsigned k, long long c0, ds_ring &ring)
-{
-    if (unsigned long long *t = trace_rec(a, k)) t[0] = c0, t[1] = clock64(), t[2] = globaltimer(), t[3] = ring.waited;
-    ring.waited = 0;
-}
-
-// Point j (0..3) inside layer li's attention phase, past the barrier records (thread 0): SM clock,
-// and what. For bench_engine_gpu's breakdown of the phase.
-__device__ __forceinline__ void trace_point(const k_decode_args &a, int li, int j, long long what)
-{
-    unsigned long long *t = threadIdx.x == 0 ? trace_rec(a, K_DECODE_TRACE_ATTN(a.num_layers, li, j)) : nullptr;
-    if (t) t[0] = clock64(), t[1] = what, t[2] = globaltimer();
-}
-
 // Waits until every block's consumers have called it as often as this one's. Writes before it
-// are visible to ld.global.cg after it. Trace record tk (then tk + 1). The block's producer is
-// quiet meanwhile (k_set_decode_quiet), and under K_DECODE_QUIET_STAGING until the consumers next
-// wait for ring data (ds_ring::wait_full), past the next phase's staging.
-__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target, unsigned &tk, ds_ring &ring)
+// are visible to ld.global.cg after it. The block's producer is quiet meanwhile, and on until the
+// consumers next wait for ring data (ds_ring::wait_full), past the next phase's staging.
+__device__ __forceinline__ void grid_sync(const k_decode_args &a, unsigned &target)
 {
     target += gridDim.x;
     consumer_sync();
     if (threadIdx.x == 0) {
-        const long long c0 = clock64();
-        if (a.quiet) set_quiet(1);
+        set_quiet(1);
         red_release(a.barrier, 1u);
         wait_geq(a.barrier, target);
-        if (a.quiet && !(a.quiet & K_DECODE_QUIET_STAGING)) set_quiet(0);
-        trace_mark(a, tk, c0, ring);
     }
-    tk++;
     consumer_sync();
 }
 
@@ -604,99 +341,6 @@ template <int M> __device__ __forceinline__ void stage_copy(const bf16_t *src, i
     for (int i = threadIdx.x; i < M * K / 8; i += DS_CTHREADS) xs[i] = __ldcg(s + i);
     consumer_sync();
 }
-
-// The block's units of one GEMM phase, as the producer sends them, up to its end marker. A unit's
-// rows are split into warp tasks of whole rows (the RoPE or SiLU pair, or one row), task q of
-// the block's k-th ring unit going to warp (k * tasks + q) mod 8, so
-// that consecutive units run on different warps at once; the warp sums its rows and runs their
-// epilogue itself (lane m for sequence m). No block-wide synchronisation per unit: every warp
-// waits for each unit's bytes and releases the slot, reading it or not.
-// With qunits >= 0 (the QKV phase under early_q: units below qunits hold Q rows), each warp tells
-// the signal warp when it is past the block's Q units (a block's units only increase), and when
-// it is past all of them.
-// rec (thread 0, trace on): the phase's consumer record (SM clock at the start, at the first
-// unit's data, at the end marker; the tasks warp 0 ran).
-// RPW: rows a warp task, 2 for the RoPE and SiLU pairs; residual tasks may take two rows too
-// (upr even), which loads and converts the input once for both.
-template <int M, int EPI, int RPW = (EPI == K_EPI_ROPE_KV || EPI == K_EPI_SILU) ? 2 : 1>
-__device__ __forceinline__ void consume_gemm(const k_skinny_args &sa, int upr, const uint4 *xs, ds_ring &ring,
-                                             unsigned long long *rec, int qunits = -1)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = sa.K / 8, tpu = upr / RPW;
-    bool q_passed = qunits < 0;
-    const long long c0 = rec ? clock64() : 0;
-    long long c1 = 0;
-    unsigned tasks = 0;
-    for (;; ring.k++) {
-        ring.wait_full();
-        if (rec && !c1) c1 = clock64();
-        const int u = ring.unit[ring.idx(ring.k)];
-        if (!q_passed && (u < 0 || u >= qunits)) {
-            signal_arrive<DS_BAR_Q_PASSED>();
-            q_passed = true;
-        }
-        if (u < 0) { // the producer's end-of-phase marker
-            ring.release();
-            ring.k++;
-            if (qunits >= 0) signal_arrive<DS_BAR_QKV_DONE>();
-            if (rec) rec[0] = c0, rec[1] = c1, rec[2] = clock64(), rec[3] = tasks;
-            return;
-        }
-        const int f0 = u * upr, rows = min(upr, sa.N - f0);
-        const int q = (int)((warp + DS_CWARPS - (ring.k * tpu) % DS_CWARPS) % DS_CWARPS);
-        if (q >= tpu || q * RPW >= rows) {
-            ring.release();
-            continue;
-        }
-        tasks++;
-        float acc[RPW][M];
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int m = 0; m < M; m++) acc[r][m] = 0;
-        const uint4 *ws = reinterpret_cast<const uint4 *>(ring.slot(ring.k)) + q * RPW * C;
-#pragma unroll 4
-        for (int c = lane; c < C; c += 32) {
-            uint4 xv[M];
-#pragma unroll
-            for (int m = 0; m < M; m++) xv[m] = xs[m * C + c];
-#pragma unroll
-            for (int r = 0; r < RPW; r++) {
-                const uint4 wv = ws[r * C + c];
-#pragma unroll
-                for (int m = 0; m < M; m++) acc[r][m] += dot8(wv, xv[m]);
-            }
-        }
-        ring.release();
-#pragma unroll
-        for (int r = 0; r < RPW; r++)
-#pragma unroll
-            for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-        if (lane < M) {
-            float v[RPW];
-#pragma unroll
-            for (int r = 0; r < RPW; r++) {
-                v[r] = acc[r][0];
-#pragma unroll
-                for (int m = 1; m < M; m++)
-                    if (lane == m) v[r] = acc[r][m];
-            }
-            if (EPI != K_EPI_RESIDUAL) {
-                epilogue<EPI>(sa, (f0 >> 1) + q, lane, v[0], v[RPW - 1]);
-            } else { // flat row f is weight row f
-                // A reduction in L2 (red.global.add, no value returned) rather than a load and a
-                // store: the warp goes on at once instead of after an L2 round trip (~2 us while
-                // the stream runs), which sat on the tail of the O and down phases. Each element
-                // gets one add a phase, so the sum is the same as before.
-#pragma unroll
-                for (int r = 0; r < RPW; r++)
-                    if (q * RPW + r < rows)
-                        atomicAdd(reinterpret_cast<float *>(sa.y) + (int64_t)lane * sa.N + f0 + q * RPW + r, v[r]);
-            }
-        }
-    }
-}
-
 // dims lane*DPL .. +DPL of a bf16 row, as floats
 template <int DPL> __device__ __forceinline__ void load_bf16(const bf16_t *p, float *f, bool cg)
 {
@@ -865,11 +509,12 @@ __device__ __forceinline__ void merge_head(const k_decode_args &a, const k_layer
 // [start, end) of the work: the P blocks that met them count themselves in, and the last
 // min(P, heads of the group) to arrive each merge some of the group's heads once all P are in.
 // So the merge follows the partials without a grid barrier between them, and the blocks that
-// finish early go on.
+// finish early go on. The block's producer is quiet from the arrival, through the merge for the
+// mergers.
 template <int HD>
 __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_layer_w &L, int li, int b, int gi,
                                              int64_t start, int64_t end, int64_t work, float *scratch,
-                                             int *s_merge, int seg)
+                                             int *s_merge)
 {
     const int G = gridDim.x, hpg = a.nh / a.hg;
     // Blocks g with range [g W / G, (g+1) W / G) meeting [start, end): g in [g_lo, g_hi]; when
@@ -880,11 +525,11 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
     consumer_sync(); // every warp's partials stored
     if (threadIdx.x == 0) {
         unsigned *ctr = merge_counter(a, li, b, gi);
-        if (a.quiet) set_quiet(1);
+        set_quiet(1);
         const unsigned old = atom_add_release(ctr, 1u);
-        // Under early_q no grid barrier follows the QKV phase: the merge also waits for every
-        // block's QKV rows (the newest token's K/V), read in the same round trip as the arrival.
-        unsigned kv = a.early_q ? ld_relaxed(qkv_counter(a, li)) : G;
+        // No grid barrier follows the QKV phase: the merge also waits for every block's QKV rows
+        // (the newest token's K/V), read in the same round trip as the arrival.
+        unsigned kv = ld_relaxed(qkv_counter(a, li));
         const int k = (int)old - (P - nm); // this block's place among the mergers
         if (k >= 0) {
             if (old + 1 < (unsigned)P) { // not the last to arrive
@@ -894,9 +539,8 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
             while (kv < (unsigned)G) kv = ld_relaxed(qkv_counter(a, li));
             fence_acq_rel();
         }
-        if (a.quiet && (k < 0 || !(a.quiet & K_DECODE_QUIET_MERGE))) set_quiet(0);
+        if (k < 0) set_quiet(0);
         s_merge[0] = k;
-        if (seg == 0) trace_point(a, li, 2, k); // k < 0: not a merger
     }
     consumer_sync();
     const int k = s_merge[0];
@@ -904,7 +548,7 @@ __device__ __forceinline__ void finish_group(const k_decode_args &a, const k_lay
     for (int j = k; j < hpg; j += nm) merge_head<HD>(a, L, b, gi * hpg + j, g_lo, g_hi, work, scratch);
 }
 
-// qs: the first segment's Q rows, staged by the signal warp (early_q), or NULL.
+// qs: the first segment's Q rows, staged by the signal warp; later segments read theirs from qkv.
 template <int HD>
 __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_layer_w &L, int li, const int *lens,
                                              int64_t total, int64_t lo, int64_t hi, ds_ring &ring, float *scratch,
@@ -914,7 +558,6 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hpg = a.nh / a.hg, hpw = hpg / DS_CWARPS;
     const int kvg = a.nkv / a.hg, kstride = kvg * HD, qkv_stride = (a.nh + 2 * a.nkv) * HD;
     const float qscale = a.scale * DS_LOG2E;
-    int seg = 0; // for the trace
     for_segments(a, lens, total, lo, hi, [&](int gi, int b, int64_t e_lo, int64_t e_hi, int64_t base) {
         const bool has_new = e_hi == base + lens[b];
         const int h0 = gi * hpg, kv0 = gi * kvg;
@@ -941,7 +584,6 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
         for (int64_t e = e_lo; e < old_hi; e += a.tps, ring.k++) {
             const int n = (int)min((int64_t)a.tps, old_hi - e);
             ring.wait_full();
-            if (seg == 0 && e == e_lo) trace_point(a, li, 0, 0);
             const bf16_t *ks = reinterpret_cast<const bf16_t *>(ring.slot(ring.k));
             const bf16_t *vs = ks + a.tps * kstride;
             if (a.tps <= 2) attend<HD, 2>(a, hpw, q, o, mx, l, ks, vs, kstride, n, false, h0, kv0);
@@ -958,18 +600,16 @@ __device__ __forceinline__ void consume_attn(const k_decode_args &a, const k_lay
             for (int e = 0; e < DPL; e++) __stcg(dst + lane * DPL + e, o[i][e]);
             if (lane == 0) __stcg(dst + HD, mx[i]), __stcg(dst + HD + 1, l[i]);
         }
-        if (seg == 0) trace_point(a, li, 1, 0);
-        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge, seg++);
+        finish_group<HD>(a, L, li, b, gi, base, base + lens[b], total * a.hg, scratch, s_merge);
     });
-    trace_point(a, li, 3, seg);
 }
 
-// The signal warp under early_q, each layer: once every consumer warp is past the block's Q units,
-// counts the block in (release) and waits for all blocks; stages the Q rows of the block's first
-// attention segment (sequence, KV-head group) in qs and lets the consumers into attention. Once
-// they are past all the QKV units, counts the block in again for the merges (the newest token's
-// K/V). So the consumers go from QKV to attention without a grid barrier: Q rows are claimed
-// first, so every block's are in long before the QKV phase ends.
+// The signal warp, each layer: once every consumer warp is past the block's Q units, counts the
+// block in (release) and waits for all blocks; stages the Q rows of the block's first attention
+// segment (sequence, KV-head group) in qs and lets the consumers into attention. Once they are
+// past all the QKV units, counts the block in again for the merges (the newest token's K/V). So
+// the consumers go from QKV to attention without a grid barrier: Q rows are claimed first, so
+// every block's are in long before the QKV phase ends.
 __device__ void signal_layers(const k_decode_args &a, const int *lens, int64_t total, int64_t lo, int64_t hi,
                               float *qs)
 {
@@ -1014,10 +654,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
     __shared__ int s_unit[DS_MAX_SLOTS];
     __shared__ int s_merge[1];
     ds_ring ring;
-    ring.setup(smem, a.ring_off, a.nslots, a.slot_bytes, a.inflight, s_unit);
-    ring.quiet = a.quiet;
-    if (threadIdx.x == 0) set_quiet(0);
-    ring.timed = a.trace != nullptr && (threadIdx.x == 0 || threadIdx.x == DS_CTHREADS);
+    ring.setup(smem, a.ring_off, a.nslots, a.slot_bytes, DS_INFLIGHT, s_unit);
     unsigned char *scratch = smem + a.scratch_off;
     int32_t *toks = reinterpret_cast<int32_t *>(smem + a.toks_off);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1045,130 +682,47 @@ __global__ void __launch_bounds__(DS_THREADS, 1) decode_stream_kernel(const k_de
         return;
     }
     float *qs = reinterpret_cast<float *>(scratch + a.q_off);
-    if (warp == DS_CWARPS + 1) { // signal warp (early_q): the QKV phase's two grid-wide counts
-        if (a.early_q) signal_layers(a, lens, total, lo, hi, qs);
+    if (warp == DS_CWARPS + 1) { // signal warp: the QKV phase's two grid-wide counts
+        signal_layers(a, lens, total, lo, hi, qs);
         return;
     }
 
     uint4 *xs = reinterpret_cast<uint4 *>(scratch);
-    unsigned target = 0, tk = 0; // grid barrier count (times the grid), trace record
-    const int qunits = a.early_q ? (a.nh * a.hd + a.upr[0] - 1) / a.upr[0] : -1;
+    unsigned target = 0; // grid barrier count (times the grid)
+    const int qunits = (a.nh * a.hd + a.upr[0] - 1) / a.upr[0];
     for (int li = 0; li < a.num_layers; li++) {
         const k_layer_w L = a.layers[li];
-        if (li > 0) grid_sync(a, target, tk, ring); // layer 0 reads the embeddings of the previous kernel
+        if (li > 0) grid_sync(a, target); // layer 0 reads the embeddings of the previous kernel
         {
             const k_skinny_args sa = gemm_args(a, L, PH_QKV);
             stage_norm<M>(a.x, L.attn_norm, a.h, a.eps, xs, s_nred);
-            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, gemm_rec(a, li, 0), qunits);
+            consume_gemm<M, K_EPI_ROPE_KV>(sa, a.upr[0], xs, ring, qunits);
         }
-        if (a.early_q) { // no grid barrier: the signal warp says when every block's Q rows are in
-            const long long c0 = clock64();
-            if ((a.quiet & K_DECODE_QUIET_Q) && threadIdx.x == 0) set_quiet(1);
-            signal_sync<DS_BAR_Q_READY>();
-            if ((a.quiet & K_DECODE_QUIET_Q) && threadIdx.x == 0) set_quiet(0);
-            if (threadIdx.x == 0) trace_mark(a, tk, c0, ring);
-            tk++;
-        } else {
-            grid_sync(a, target, tk, ring);
-        }
-        consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge,
-                         a.early_q ? qs : nullptr);
-        grid_sync(a, target, tk, ring);
+        // no grid barrier: the signal warp says when every block's Q rows are in
+        if (threadIdx.x == 0) set_quiet(1);
+        signal_sync<DS_BAR_Q_READY>();
+        if (threadIdx.x == 0) set_quiet(0);
+        consume_attn<HD>(a, L, li, lens, total, lo, hi, ring, reinterpret_cast<float *>(scratch), s_merge, qs);
+        grid_sync(a, target);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_O);
             stage_copy<M>(a.attn, sa.K, xs);
-            consume_gemm<M, K_EPI_RESIDUAL, 2>(sa, a.upr[1], xs, ring, gemm_rec(a, li, 1));
+            consume_gemm<M, K_EPI_RESIDUAL, 2>(sa, a.upr[1], xs, ring);
         }
-        grid_sync(a, target, tk, ring);
+        grid_sync(a, target);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_GU);
             stage_norm<M>(a.x, L.mlp_norm, a.h, a.eps, xs, s_nred);
-            consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring, gemm_rec(a, li, 2));
+            consume_gemm<M, K_EPI_SILU>(sa, a.upr[2], xs, ring);
         }
-        grid_sync(a, target, tk, ring);
+        grid_sync(a, target);
         {
             const k_skinny_args sa = gemm_args(a, L, PH_DOWN);
             stage_copy<M>(a.act, sa.K, xs);
-            if (a.upr[3] % 2) consume_gemm<M, K_EPI_RESIDUAL, 1>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
-            else consume_gemm<M, K_EPI_RESIDUAL, 2>(sa, a.upr[3], xs, ring, gemm_rec(a, li, 3));
+            if (a.upr[3] % 2) consume_gemm<M, K_EPI_RESIDUAL, 1>(sa, a.upr[3], xs, ring);
+            else consume_gemm<M, K_EPI_RESIDUAL, 2>(sa, a.upr[3], xs, ring);
         }
     }
-}
-
-// ---- stream probe (benchmarks) ---------------------------------------------------------------
-// The kernel's memory stream without the rest: each block's producer warp copies units of `rows`
-// consecutive rows of row_bytes (one bulk copy a row, as for the weights) through the same ring,
-// at most `inflight` units pending (0: the ring), and the consumer warps only free the slots.
-// Block b takes units b, b + grid, ... So bench_engine_gpu can tell the rate the stream itself
-// reaches from what the phases and their barriers cost.
-__global__ void __launch_bounds__(DS_THREADS, 1)
-    stream_probe_kernel(const unsigned char *src, int64_t units, int row_bytes, int rows, int ns, int inflight)
-{
-    extern __shared__ __align__(128) unsigned char smem[];
-    ds_ring ring;
-    ring.setup(smem, 2 * DS_MAX_SLOTS * 8, ns, rows * row_bytes, inflight, nullptr);
-    __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t mine = units > blockIdx.x ? (units - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-    if (warp == DS_CWARPS) {
-        const uint64_t pol = evict_first_policy();
-        for (int64_t i = 0; i < mine; i++, ring.k++) {
-            const unsigned char *u = src + (blockIdx.x + i * gridDim.x) * (int64_t)ring.slot_bytes;
-            ring.acquire();
-            if (lane == 0) mbar_expect_tx(&ring.full[ring.idx(ring.k)], ring.slot_bytes);
-            __syncwarp();
-            if (lane < rows)
-                bulk_copy(ring.slot(ring.k) + lane * row_bytes, u + lane * row_bytes, row_bytes,
-                          &ring.full[ring.idx(ring.k)], pol);
-        }
-    } else if (warp < DS_CWARPS) {
-        for (int64_t i = 0; i < mine; i++, ring.k++) {
-            ring.wait_full();
-            ring.release();
-        }
-    }
-}
-
-// The consumers alone: each block's producer hands its consumers `units` units of a GEMM phase
-// whose bytes are already in the ring (nothing is copied: the slots hold whatever shared memory
-// held), and they run consume_gemm on them as in the kernel (M = 1, each block its own rows of
-// y). So bench_engine_gpu can tell the rate the consumers reach from the stream's.
-template <int EPI, int RPW>
-__global__ void __launch_bounds__(DS_THREADS, 1)
-    consume_probe_kernel(k_skinny_args sa, int upr, int units, int ns, int slot_bytes)
-{
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ int s_unit[DS_MAX_SLOTS];
-    ds_ring ring;
-    ring.setup(smem, 2 * DS_MAX_SLOTS * 8, ns, slot_bytes, 0, s_unit);
-    __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (warp == DS_CWARPS) {
-        for (int u = 0; u <= units; u++, ring.k++) { // then the end marker
-            ring.acquire();
-            if (lane == 0) ring.unit[ring.idx(ring.k)] = u < units ? u : -1, mbar_arrive(&ring.full[ring.idx(ring.k)]);
-            __syncwarp();
-        }
-    } else if (warp < DS_CWARPS) {
-        const uint4 *xs = reinterpret_cast<const uint4 *>(ring.slots + (size_t)ns * slot_bytes);
-        sa.y = static_cast<float *>(sa.y) + (int64_t)blockIdx.x * sa.N;
-        consume_gemm<1, EPI, RPW>(sa, upr, xs, ring, nullptr);
-    }
-}
-
-// Plain 16-byte loads over the same bytes, four in flight a thread, for the read ceiling.
-__global__ void __launch_bounds__(512) read_probe_kernel(const uint4 *src, int64_t n, unsigned *sink)
-{
-    unsigned acc = 0;
-    const int64_t step = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += 4 * step) {
-        uint4 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) v[j] = i + j * step < n ? __ldcs(src + i + j * step) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-    }
-    if (acc == 0x9e3779b9u) *sink = acc; // keeps the loads
 }
 
 // ---- host ------------------------------------------------------------------------------------
@@ -1196,37 +750,24 @@ static int32_t ds_upr(int32_t slot_bytes, int32_t K, bool paired)
     return (int32_t)(paired ? u & ~1 : u);
 }
 
-static int32_t slot_override;   // k_set_decode_slot
-static int32_t groups_override; // k_set_decode_groups
-static int32_t dynamic_units = 1; // k_set_decode_dynamic
-// k_set_decode_inflight. Two units (64 KB a block, ~8 MB chip-wide) keep memory as busy as the
-// whole ring and measured 2.3% faster at batch 1 (3.850 against 3.940 ms, bench_engine_gpu ab):
-// the surplus copies only queued in front of the phases' dependent L2 accesses.
-static int32_t inflight_units = K_DECODE_INFLIGHT_DEFAULT;
-static int32_t early_q = 1;   // k_set_decode_early_q
-static int32_t quiet_bits = K_DECODE_QUIET_DEFAULT; // k_set_decode_quiet
-
 // Fills the geometry of a launch (slot size, slot count, offsets); 0 when the shape is not run.
 static int ds_geometry(k_decode_args *a)
 {
     const int32_t M = a->M, h = a->h, I = a->I, nh = a->nh, nkv = a->nkv, hd = a->hd;
-    if (M < 1 || M > 4 || (hd != 64 && hd != 128) || nkv < 1 || nh % nkv || nh % DS_CWARPS ||
+    if (M != 1 || (hd != 64 && hd != 128) || nkv < 1 || nh % nkv || nh % DS_CWARPS ||
         nh / DS_CWARPS > DS_HPW_MAX || h % 8 || I % 8 || (nh * hd) % 8 || a->max_tokens < 1 ||
         ds_sms() > DS_MAX_GRID)
         return 0;
     const int64_t kmax = h > I ? (h > nh * hd ? h : nh * hd) : (I > nh * hd ? I : nh * hd);
     // KV-head groups of the attention split: the most that leave each consumer warp a query head
-    // (fewer partials per head to merge), unless set.
+    // (fewer partials per head to merge).
     int32_t hg = 1;
     while (nkv % (2 * hg) == 0 && nh / (2 * hg) >= DS_CWARPS && nh % (2 * hg * DS_CWARPS) == 0) hg *= 2;
-    if (groups_override > 0) {
-        if (nkv % groups_override || nh % (groups_override * DS_CWARPS)) return 0;
-        hg = groups_override;
-    }
     if (nh / hg / DS_CWARPS > DS_HPW_MAX) return 0;
     a->hg = hg;
     const int64_t kv_row = (int64_t)nkv * hd * 2, kv_row_g = kv_row / hg;
-    int64_t slot = slot_override > 0 ? slot_override : 32768;
+    // 32 KB slots, or the smallest that holds two rows of the widest GEMM and a token's K and V.
+    int64_t slot = 32768;
     const int64_t need[] = {4LL * h, 2LL * I, 4LL * nh * hd, 2 * kv_row};
     for (int i = 0; i < 4; i++) slot = slot > need[i] ? slot : need[i];
     slot = round_up(slot, 128);
@@ -1260,23 +801,10 @@ static int ds_geometry(k_decode_args *a)
 
 extern "C" int32_t k_decode_stream_grid(void) { return ds_sms(); }
 
-extern "C" void k_set_decode_slot(int32_t bytes) { slot_override = bytes; }
-
-extern "C" void k_set_decode_groups(int32_t groups) { groups_override = groups; }
-
-extern "C" void k_set_decode_dynamic(int on) { dynamic_units = on; }
-
-extern "C" void k_set_decode_inflight(int32_t units) { inflight_units = units; }
-
-extern "C" void k_set_decode_early_q(int on) { early_q = on; }
-
-extern "C" void k_set_decode_quiet(int bits) { quiet_bits = bits; }
-
-extern "C" int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
-                                         int32_t max_tokens)
+extern "C" int k_decode_stream_supported(int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd, int32_t max_tokens)
 {
     k_decode_args a = {};
-    a.M = M, a.h = h, a.I = I, a.nh = nh, a.nkv = nkv, a.hd = hd, a.max_tokens = max_tokens;
+    a.M = 1, a.h = h, a.I = I, a.nh = nh, a.nkv = nkv, a.hd = hd, a.max_tokens = max_tokens;
     return ds_geometry(&a);
 }
 
@@ -1305,71 +833,9 @@ template <int M, int HD> static cudaError_t launch_ds(const k_decode_args *a, cu
     return cudaGetLastError();
 }
 
-template <int HD> static cudaError_t ds_m(const k_decode_args *a, cudaStream_t stream)
-{
-    switch (a->M) {
-    case 1: return launch_ds<1, HD>(a, stream);
-    case 2: return launch_ds<2, HD>(a, stream);
-    case 3: return launch_ds<3, HD>(a, stream);
-    case 4: return launch_ds<4, HD>(a, stream);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-static unsigned long long *trace_buf;
-static int32_t trace_len;
-
-extern "C" void k_set_decode_trace(unsigned long long *buf, int32_t records)
-{
-    trace_buf = buf;
-    trace_len = buf ? records : 0;
-}
-
 extern "C" cudaError_t k_decode_stream(const k_decode_args *args, cudaStream_t stream)
 {
     k_decode_args a = *args;
     if (a.num_layers < 1 || !ds_geometry(&a)) return cudaErrorInvalidValue;
-    a.trace = trace_buf, a.trace_n = trace_len, a.dynamic = dynamic_units, a.early_q = early_q;
-    a.quiet = quiet_bits;
-    a.inflight = inflight_units > 0 && inflight_units < a.nslots ? inflight_units : 0;
-    return a.hd == 128 ? ds_m<128>(&a, stream) : ds_m<64>(&a, stream);
-}
-
-extern "C" cudaError_t k_stream_probe(const void *src, int64_t bytes, int32_t row_bytes, int32_t rows,
-                                      int32_t inflight, cudaStream_t stream)
-{
-    const int64_t unit = (int64_t)row_bytes * rows, ring = 192 * 1024;
-    if (row_bytes % 16 || rows < 1 || rows > 32 || unit > ring) return cudaErrorInvalidValue;
-    const int ns = (int)(ring / unit < DS_MAX_SLOTS ? ring / unit : DS_MAX_SLOTS);
-    const int smem = 2 * DS_MAX_SLOTS * 8 + ns * (int)unit;
-    cudaError_t err = cudaFuncSetAttribute(stream_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err) return err;
-    stream_probe_kernel<<<ds_sms(), DS_THREADS, smem, stream>>>(static_cast<const unsigned char *>(src),
-                                                                 bytes / unit, row_bytes, rows, ns,
-                                                                 inflight < ns ? inflight : 0);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t k_consume_probe(int32_t K, int32_t rows, int paired, int32_t units, float *y,
-                                       cudaStream_t stream)
-{
-    const int upr = paired ? 2 * rows : rows, slot = upr * K * 2, ring = 192 * 1024;
-    if (K % 256 || rows < 1 || slot > ring) return cudaErrorInvalidValue;
-    const int ns = ring / slot < DS_MAX_SLOTS ? ring / slot : DS_MAX_SLOTS;
-    const int smem = 2 * DS_MAX_SLOTS * 8 + ns * slot + K * 2;
-    k_skinny_args sa = {};
-    sa.M = 1, sa.K = K, sa.N = units * upr, sa.y = y;
-    // as the kernel: SiLU pairs; residual rows two a task where a unit has an even number
-    auto kern = paired ? consume_probe_kernel<K_EPI_SILU, 2>
-                       : upr % 2 ? consume_probe_kernel<K_EPI_RESIDUAL, 1> : consume_probe_kernel<K_EPI_RESIDUAL, 2>;
-    cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err) return err;
-    kern<<<ds_sms(), DS_THREADS, smem, stream>>>(sa, upr, units, ns, slot);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t k_read_probe(const void *src, int64_t bytes, unsigned *sink, cudaStream_t stream)
-{
-    read_probe_kernel<<<ds_sms() * 4, 512, 0, stream>>>(static_cast<const uint4 *>(src), bytes / 16, sink);
-    return cudaGetLastError();
+    return a.hd == 128 ? launch_ds<1, 128>(&a, stream) : launch_ds<1, 64>(&a, stream);
 }

@@ -1,12 +1,8 @@
 // elementwise.cu: the memory-bound kernels of a layer: synthetic weights, embedding gather,
 // fused residual add + RMSNorm, RoPE + KV write, SiLU-and-multiply. Each is one pass over its
 // data with 16-byte accesses; the twins are in engine/cpu_ops.c.
-#include "engine/numerics.h"
 #include "kernels/common.cuh"
-
-int k_pdl_enabled = 1;
-
-extern "C" void k_set_pdl(int on) { k_pdl_enabled = on; }
+#include "kernels/numerics.h"
 
 // ---- synthetic weights ------------------------------------------------------------------------
 
@@ -132,8 +128,8 @@ extern "C" cudaError_t k_add_rmsnorm(float *x, const float *delta, const bf16_t 
 // grid (T), block a multiple of 32 (<= ROPE_THREADS). A unit is one head's group of W rotation
 // pairs, x[i..i+W) with x[i+hd/2..i+hd/2+W): two W-wide bf16 loads (16 bytes at W = 8). A thread
 // issues the loads of up to ROPE_UNITS units, then the block computes the row's hd/2 (cos, sin)
-// pairs once into shared memory while they are in flight (every thread taking sincosf for every
-// head was most of the old kernel's time). Angles are float32 pos * inv_freq, as transformers
+// pairs once into shared memory while they are in flight (sincosf in every thread for every head
+// would be most of the kernel's time). Angles are float32 pos * inv_freq, as transformers
 // computes them. Units run over the q heads, then (only when the row has a slot) the k and v
 // heads; v units are copied as they are.
 #define ROPE_THREADS 256
@@ -267,7 +263,7 @@ extern "C" cudaError_t k_rope_kv_write(const bf16_t *qkv, const int32_t *positio
 // b * SILU_THREADS * SILU_UNITS + r * SILU_THREADS + threadIdx.x (r < SILU_UNITS) of row t's
 // gate and up halves, all loaded before any is used. The 2-D grid finds the row without a
 // division, and __expf / __fdividef leave a few instructions a value: a grid-stride loop with a
-// 64-bit division per chunk, expf and an IEEE division was bound by instruction issue (75% of
+// 64-bit division per chunk, expf and an IEEE division is bound by instruction issue (75% of
 // copy bandwidth), not by memory.
 #define SILU_THREADS 128
 #define SILU_UNITS 2

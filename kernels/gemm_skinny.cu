@@ -249,8 +249,6 @@ template <int PRO, int EPI> static cudaError_t attr_all_m(void)
     return cudaSuccess;
 }
 
-cudaError_t k_prefill_init(void); // attention.cu
-
 extern "C" cudaError_t k_init(void)
 {
     cudaError_t err;

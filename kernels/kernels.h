@@ -4,7 +4,7 @@
  * the launch error (cudaGetLastError), which the caller checks.
  *
  * Every kernel has a plain-C twin in engine/cpu_ops.c (or engine/sampler.c) that
- * tests/test_engine_gpu.c checks it against on fresh random inputs.
+ * tests/test_kernels_gpu.c checks it against on fresh random inputs.
  *
  * Types: bf16 values travel as their raw 16 bits (uint16_t) so C can hold them; the residual
  * stream is float32, GEMM outputs float32 or bf16 as each launcher says. Shapes as in engine.h:
@@ -12,10 +12,10 @@
  * [q (nh*hd) | k (nkv*hd) | v]. KV caches (one layer): (num_blocks * block_size slots, nkv, hd)
  * bf16.
  *
- * Programmatic dependent launch (k_set_pdl): kernels are launched so that the next one may
- * start while this one drains; each kernel reads nothing written by an earlier kernel, and
- * writes nothing, before its griddepcontrol.wait. Only constant data (weights) is touched
- * before that point, which lets the skinny GEMM start streaming weights early.
+ * Programmatic dependent launch: kernels are launched so that the next one may start while this
+ * one drains; each kernel reads nothing written by an earlier kernel, and writes nothing, before
+ * its griddepcontrol.wait. Only constant data (weights) is touched before that point, which lets
+ * the skinny GEMM start streaming weights early.
  */
 #ifndef TANDEM_KERNELS_H
 #define TANDEM_KERNELS_H
@@ -29,10 +29,7 @@ extern "C" {
 
 typedef uint16_t bf16_t;
 
-/* Turns programmatic dependent launch on or off for later launches (default on). */
-void k_set_pdl(int on);
-
-/* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (engine/numerics.h), i < n. */
+/* dst[i] = synth_weight_bf16(seed, tensor_id, i, mean, std) (kernels/numerics.h), i < n. */
 cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint32_t tensor_id, float mean,
                          float std, cudaStream_t stream);
 
@@ -151,25 +148,8 @@ cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,
 cudaError_t k_prefill_attention(const k_attn_args *a, const int32_t *items, int32_t num_items,
                                 cudaStream_t stream);
 
-/* Which kernel later k_prefill_attention launches use: 0 (default) the wgmma kernel
- * (prefill_wgmma.cu) at hd 128 on a compute capability 9.0 GPU, else attention.cu's mma.sync
- * kernel; 1..3 the mma.sync kernel's schedules measured against it (3: its default, on every
- * GPU); 4..6 the wgmma kernel's other schedules (1..3 of k_prefill_wgmma) where it runs;
- * other values select 0. For benchmarks and tests. */
-#define K_PREFILL_VARIANTS 6
-void k_set_prefill_variant(int variant);
-
-/* The wgmma prefill kernel alone (k_prefill_attention's variant 0 where it runs): schedule 0
- * is its default, 1..K_PREFILL_WGMMA_SCHEDULES-1 the alternatives prefill_wgmma.cu measured
- * against it; cudaErrorNotSupported where it cannot run.
- * k_prefill_wgmma_ok: nonzero on a GPU that runs it (compute capability 9.0);
- * k_prefill_wgmma_runs: nonzero when it also takes these arguments (hd 128, a power-of-two
- * block size). */
-cudaError_t k_prefill_wgmma(const k_attn_args *a, const int32_t *items, int32_t num_items,
-                            int schedule, cudaStream_t stream);
-#define K_PREFILL_WGMMA_SCHEDULES 4
+/* Nonzero on a GPU that runs the wgmma prefill kernel (compute capability 9.0). */
 int k_prefill_wgmma_ok(void);
-int k_prefill_wgmma_runs(const k_attn_args *a);
 
 /* One layer's weights and KV cache, as the streamed decode kernel reads them (device array). */
 typedef struct k_layer_w {
@@ -177,11 +157,12 @@ typedef struct k_layer_w {
     bf16_t *k_cache, *v_cache;
 } k_layer_w;
 
-/* A pure-decode step of M <= 4 sequences (sequence b owns row b), through every layer. */
+/* A pure-decode step of M = 1 sequence through every layer (the device code is written for M
+ * rows, sequence b owning row b; the engine runs it at batch 1 only). */
 typedef struct k_decode_args {
     const k_layer_w *layers; /* (num_layers), device memory */
     int32_t num_layers;
-    int32_t M, h, I, nh, nkv, hd;
+    int32_t M, h, I, nh, nkv, hd; /* M: 1 */
     float eps, scale;       /* RMSNorm epsilon; 1/sqrt(hd) */
     float *x;               /* (M, h) residual stream: embeddings in, last layer's output out */
     float *qkv;             /* (M, (nh + 2 nkv) hd) scratch */
@@ -194,94 +175,22 @@ typedef struct k_decode_args {
     int32_t bt_stride, block_size;
     const float *inv_freq;  /* (hd/2) */
     int32_t max_tokens;     /* >= the sum of seq_lens of any launch (sizes shared memory) */
-    int32_t dynamic;        /* set by k_decode_stream (k_set_decode_dynamic) */
-    int32_t inflight;       /* set by k_decode_stream (k_set_decode_inflight) */
-    int32_t early_q;        /* set by k_decode_stream (k_set_decode_early_q) */
-    int32_t quiet;          /* set by k_decode_stream (k_set_decode_quiet) */
     /* Filled by k_decode_stream: */
     int32_t slot_bytes, nslots, ring_off, scratch_off, toks_off, smem, tps, upr[4], hg, q_off;
-    unsigned long long *trace; /* from k_set_decode_trace */
-    int32_t trace_n;
 } k_decode_args;
-
-/* Instrumentation for benchmarks: later k_decode_stream launches record, for each of their first
- * `records` trace records k and each block b, four words at buf[(k * grid + b) * 4] (grid:
- * k_decode_stream_grid()). Records 0 .. 5L-1 are the grid barriers (SM clock at arrival, SM clock
- * at exit, global timer at exit, SM cycles consumer warp 0 waited for ring data since the previous
- * one); 5L + 4l + j the four points inside layer l's attention; 9L + 5l + p the producer's end of
- * phase p of layer l; 14L + 4l + g the consumers' GEMM phase g of layer l (decode_stream.cu). NULL
- * turns it off. Not for graph capture (the pointer is read at launch). */
-#define K_DECODE_TRACE_ATTN(L, l, j) (5 * (L) + 4 * (l) + (j))
-#define K_DECODE_TRACE_PRODUCER(L, l, p) (9 * (L) + 5 * (l) + (p))
-#define K_DECODE_TRACE_GEMM(L, l, g) (14 * (L) + 4 * (l) + (g))
-#define K_DECODE_TRACE_RECORDS(L) (18 * (L))
-void k_set_decode_trace(unsigned long long *buf, int32_t records);
-
-/* Bytes of a ring slot of later k_decode_stream launches (0: the default, 32 KB or the smallest
- * that holds two rows of the widest GEMM); for benchmarks. */
-void k_set_decode_slot(int32_t bytes);
 
 /* Counters (unsigned) of k_decode_args.barrier for a model of L layers: the grid barrier's, each
  * GEMM phase's unit claims (128 bytes apart), 16 a layer for the attention merge, then two a layer
  * (128 bytes apart) for the QKV phase's early signals. */
 #define K_DECODE_SYNC_WORDS(L) (32 * (1 + 4 * (L)) + 16 * (L) + 64 * (L))
 
-/* KV-head groups that later k_decode_stream launches split attention by (0: the default, as many
- * as leave each consumer warp one query head; 1: tokens only); for benchmarks and tests. */
-void k_set_decode_groups(int32_t groups);
-
-/* Whether later k_decode_stream launches hand out GEMM units dynamically (default 1: blocks claim
- * them from a counter as their ring has room) or as fixed contiguous shares (0); for benchmarks. */
-void k_set_decode_dynamic(int on);
-
-/* At most this many ring units' copies pending per block in later k_decode_stream launches (0: as
- * many as the ring has slots; K_DECODE_INFLIGHT_DEFAULT at start); for benchmarks and tests. */
-void k_set_decode_inflight(int32_t units);
-#define K_DECODE_INFLIGHT_DEFAULT 2
-
-/* Whether later k_decode_stream launches go from the QKV phase to attention without a grid
- * barrier (default 1: a signal warp per block waits for every block's Q rows, and the merges for
- * every block's K/V rows) or with one (0); for benchmarks and tests. */
-void k_set_decode_early_q(int on);
-
-/* When the producers of later k_decode_stream launches hold their copies, so that the consumers'
- * round trips do not queue behind the stream (for benchmarks and tests; K_DECODE_QUIET_DEFAULT at
- * start, 0: never), as bits. BARRIER: while the block's consumers wait at a grid barrier or on
- * the attention merge's counter; STAGING and MERGE: on past the barrier (through the next
- * phase's staging) and past the counter (through the merge), until the consumers next wait for
- * ring data, which always ends it; Q: while the consumers wait for every block's Q rows (early
- * q); SOFT: one unit pending while quiet instead of none. */
-#define K_DECODE_QUIET_BARRIER 1
-#define K_DECODE_QUIET_STAGING 2
-#define K_DECODE_QUIET_MERGE 4
-#define K_DECODE_QUIET_SOFT 8
-#define K_DECODE_QUIET_Q 16
-#define K_DECODE_QUIET_DEFAULT \
-    (K_DECODE_QUIET_BARRIER | K_DECODE_QUIET_STAGING | K_DECODE_QUIET_MERGE | K_DECODE_QUIET_SOFT | K_DECODE_QUIET_Q)
-void k_set_decode_quiet(int bits);
-
-/* For benchmarks: streams `bytes` from src through k_decode_stream's shared-memory ring as its
- * producers do (units of `rows` rows of row_bytes, one bulk copy a row, at most `inflight` units
- * pending a block, 0: the ring's ~192 KB), with nothing else running; the consumers only free
- * the slots. */
-cudaError_t k_stream_probe(const void *src, int64_t bytes, int32_t row_bytes, int32_t rows, int32_t inflight,
-                           cudaStream_t stream);
-/* For benchmarks: the GEMM consumers of k_decode_stream alone, at batch 1: every block's consumer
- * warps take `units` ring units of `rows` weight rows of K elements (pairs of rows with `paired`,
- * as in gate/up), already in shared memory (nothing is copied), and add their products into their
- * own units * rows floats of y (or write bf16 there, paired). */
-cudaError_t k_consume_probe(int32_t K, int32_t rows, int paired, int32_t units, float *y, cudaStream_t stream);
-/* For benchmarks: reads `bytes` (a multiple of 16) from src with plain 16-byte loads from every SM. */
-cudaError_t k_read_probe(const void *src, int64_t bytes, unsigned *sink, cudaStream_t stream);
-
 /* Blocks of a k_decode_stream launch (one per SM): the partials buffer has this many per
  * sequence and head. */
 int32_t k_decode_stream_grid(void);
 
-/* Whether k_decode_stream runs this shape: M <= 4, hd 64 or 128, nh a multiple of 8 and at most
- * 32, and a shared-memory ring of at least 3 slots next to the staged activation. */
-int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
-                              int32_t max_tokens);
+/* Whether k_decode_stream runs this shape (at M = 1): hd 64 or 128, nh a multiple of 8 and at
+ * most 32, and a shared-memory ring of at least 3 slots next to the staged activation. */
+int k_decode_stream_supported(int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd, int32_t max_tokens);
 
 /* Every layer of a pure-decode step in one persistent kernel (kernels/decode_stream.cu): the
  * fused path's five operations a layer as phases between grid barriers, while a producer warp per

@@ -3,9 +3,8 @@
 // The same computation as prefill_attn_kernel in attention.cu (its header says what a block
 // does: 128 query rows of one sequence and one head, keys gathered from the pages, online
 // softmax, the causal mask that also serves chunked prefill), arranged for the tensor-core
-// instructions of sm_90a; mma.sync, which attention.cu uses, peaked at ~210 TFLOP/s here.
-// H200, causal n = 2048, 32 heads (bench_engine_gpu kernels): 0.111 ms (309 TFLOP/s) against
-// 0.160 for the mma.sync kernel; the 2048-token prefill step 47.5-47.7 ms against 48.0-49.5.
+// instructions of sm_90a; mma.sync, which attention.cu uses, peaks at ~210 TFLOP/s here.
+// H200, causal n = 2048, 32 heads: 0.111 ms (309 TFLOP/s) against 0.160 for the mma.sync kernel.
 //  - Two warpgroups of 64 query rows each, one block an SM (160 KB of shared memory); 128 keys
 //    a tile gathered from the pages by cp.async (every thread copies; no producer warps), K and
 //    V double buffered.
@@ -13,23 +12,22 @@
 //    K-major: hd is the reduction dimension); O += P V: m64n128k16 with P in registers (an S
 //    accumulator's fragment of 16 key columns is exactly the A fragment of one k16 step, so
 //    P never touches shared memory) and V read N-major (transposed) from shared memory.
-//  - Shared memory in the 128-byte-swizzled layout (wg_layout below): unswizzled, the first
-//    version took 0.235 ms against 0.186.
-//  - Pipelined schedule (the default): a warpgroup issues S of tile t and P V of tile t - 1 back
-//    to back, waits for S, computes the new row maxima and P(t) (into the other of two P
-//    register arrays) while P V runs, then waits for it and rescales O. One block barrier a
-//    tile hands the buffers over; V is loaded a tile after K, so P V of the previous tile keeps
-//    its V while the next K arrives. Every warpgroup runs every step, even past its rows: a
-//    wgmma under a condition ptxas cannot prove uniform makes it serialize all of them (C7520).
-//    The serial schedule (S, wait, softmax, P V, wait; two barriers a tile) stays as an
-//    alternative, with the copies' other thread mappings (wg_copy).
+//  - Shared memory in the 128-byte-swizzled layout (wg_layout below), so that the eight rows of
+//    a core matrix fall on different banks.
+//  - Pipelined schedule: a warpgroup issues S of tile t and P V of tile t - 1 back to back,
+//    waits for S, computes the new row maxima and P(t) (into the other of two P register
+//    arrays) while P V runs, then waits for it and rescales O. One block barrier a tile hands
+//    the buffers over; V is loaded a tile after K, so P V of the previous tile keeps its V while
+//    the next K arrives. Every warpgroup runs every step, even past its rows: a wgmma under a
+//    condition ptxas cannot prove uniform makes it serialize all of them (C7520).
+//  - WG_TPR = 8 threads copy a key row (wg_copy): fewer mean fewer page lookups and addresses
+//    to compute but more cache lines a warp's copy instruction touches (2 threads a row: 0.130
+//    ms), more cost registers (16: spills at 255 registers).
 //  - Softmax as in attention.cu: log2-scaled scores, ex2.approx, the max raised only past a
 //    slack so O is rescaled only when it moves.
 //  - A key tile's pages are loaded a tile ahead and turned into slots with a shift and a mask
 //    (power-of-two block sizes only): integer divisions by a general block size, and the
-//    block table's round trip in front of every tile's copies, took a third of the first
-//    version's issue slots.
-// All schedules do the same arithmetic in the same order: their outputs are bitwise equal.
+//    block table's round trip in front of every tile's copies, cost a third of the issue slots.
 //
 // Built for sm_90a only (Makefile: CUDA_ARCH_WGMMA); elsewhere the body compiles to a trap and
 // k_prefill_wgmma_runs() says no, so attention.cu keeps its mma.sync kernel for other GPUs,
@@ -42,6 +40,7 @@
 #define WG_BQ K_PREFILL_TILE               // query rows a block: two warpgroups of 64
 #define WG_BK 128                          // keys a tile
 #define WG_THREADS 256
+#define WG_TPR 8                           // threads copying a key row (wg_copy)
 #define WG_TILE_BYTES (128 * WG_HD * 2)    // one 128 x 128 bf16 operand: 32 KB
 #define WG_SMEM (5 * WG_TILE_BYTES + 1024) // Q, K and V double buffered, 1 KB aligned: one block an SM
 #define WG_SLACK 8.0f                      // the running max moves only past this (log2 units)
@@ -56,13 +55,12 @@ static_assert(WG_BQ == 128, "two warpgroups of 64 rows");
 // K-major (hd is the reduction dimension of Q K^T): 8-row groups 1 KB apart (SBO), a k16 step
 // 32 bytes along the row, the second half 16 KB on. V is read N-major (keys are the reduction
 // dimension of P V): 8-key groups 1 KB apart (SBO), the hd halves 16 KB apart (LBO).
-// TPR threads copy a key row: thread tid copies chunks chunk(tid, j), j < 16 / TPR, of its
-// TPR / 2 rows row(tid, i). Fewer threads a row mean fewer page lookups and addresses to
-// compute; more mean fewer cache lines a warp's copy instruction touches.
-template <int TPR> struct wg_copy {
-    static constexpr int ROWS = TPR / 2, CHUNKS = 16 / TPR;
-    __device__ static int row(int tid, int i) { return tid / TPR + (WG_THREADS / TPR) * i; }
-    __device__ static int chunk(int tid, int j) { return tid % TPR + TPR * j; }
+// WG_TPR threads copy a key row: thread tid copies chunks chunk(tid, j), j < CHUNKS, of its ROWS
+// rows row(tid, i).
+struct wg_copy {
+    static constexpr int ROWS = WG_TPR / 2, CHUNKS = 16 / WG_TPR;
+    __device__ static int row(int tid, int i) { return tid / WG_TPR + (WG_THREADS / WG_TPR) * i; }
+    __device__ static int chunk(int tid, int j) { return tid % WG_TPR + WG_TPR * j; }
 };
 struct wg_layout {
     __device__ static uint32_t off(int r, int c) { return (c >> 3) * 16384 + r * 128 + (((c & 7) ^ (r & 7)) << 4); }
@@ -129,7 +127,6 @@ __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t *a, uint64_t d
 
 #endif
 
-template <bool PIPE, int TPR>
 __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_args a, const int32_t *items)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -150,8 +147,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
     const int last_pos = ctx + i0 + nq - 1, ntiles = last_pos / WG_BK + 1;
     const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
     const int bs = a.block_size, bs_log2 = __ffs(bs) - 1;
-    using C = wg_copy<TPR>;
-    static_assert(WG_BK == 128 && WG_THREADS == 256, "TPR / 2 key rows a thread");
+    using C = wg_copy;
+    static_assert(WG_BK == 128 && WG_THREADS == 256, "WG_TPR / 2 key rows a thread");
 
     // Pages of this thread's key rows of a tile (-1 past the last key), loaded a tile before
     // the copies use them (a load consumed where it is issued would wait for it).
@@ -190,7 +187,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
     int page_k[C::ROWS], page_v[C::ROWS]; // the pages of the next K tile and of the next V tile
     lookup(0, page_k);
     copy_tile(a.k_cache, sK, 0, page_k);
-    if (!PIPE) copy_tile(a.v_cache, sV, 0, page_k);
     commit();
 #pragma unroll
     for (int i = 0; i < C::ROWS; i++) page_v[i] = page_k[i];
@@ -219,7 +215,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
     const bool wg_rows = wrow0 < nq;
     const int wg_first = ctx + i0 + wrow0, wg_last = ctx + i0 + min(wrow0 + 63, nq - 1);
     const int qp0 = ctx + i0 + min(r0, nq - 1), qp1 = ctx + i0 + min(r0 + 8, nq - 1);
-    auto has_work = [&](int kt) { return wg_rows && kt >= 0 && kt < ntiles && kt * WG_BK <= wg_last; };
 
     float o[64], s[64];
 #pragma unroll
@@ -299,89 +294,57 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
     };
     uint32_t pa[WG_BK / 16][4], pb[WG_BK / 16][4];
 
-    if (PIPE) {
-        // Step t: S of tile t and P V of tile t - 1. Copies in flight during it: K of tile t + 1
-        // (into the buffer S of t - 1 read) and V of tile t (into the buffer of t - 2). Every
-        // warpgroup runs every step, rows or not (a warpgroup past its rows computes masked
-        // scores it never writes): a wgmma under a condition the compiler cannot prove uniform
-        // makes it serialize them all.
-        auto step_copies = [&](int t) {
-            tiles_landed();
-            if (t + 1 < ntiles) copy_tile(a.k_cache, sK + ((t + 1) & 1) * WG_TILE_BYTES, t + 1, page_k);
-            if (t < ntiles) copy_tile(a.v_cache, sV + (t & 1) * WG_TILE_BYTES, t, page_v);
-            commit();
+    // Step t: S of tile t and P V of tile t - 1. Copies in flight during it: K of tile t + 1
+    // (into the buffer S of t - 1 read) and V of tile t (into the buffer of t - 2). Every
+    // warpgroup runs every step, rows or not (a warpgroup past its rows computes masked
+    // scores it never writes): a wgmma under a condition the compiler cannot prove uniform
+    // makes it serialize them all.
+    auto step_copies = [&](int t) {
+        tiles_landed();
+        if (t + 1 < ntiles) copy_tile(a.k_cache, sK + ((t + 1) & 1) * WG_TILE_BYTES, t + 1, page_k);
+        if (t < ntiles) copy_tile(a.v_cache, sV + (t & 1) * WG_TILE_BYTES, t, page_v);
+        commit();
 #pragma unroll
-            for (int i = 0; i < C::ROWS; i++) page_v[i] = page_k[i];
-            if (t + 2 < ntiles) lookup(t + 2, page_k);
-        };
-        // Step t: wait for S(t), its maxima and P(t) (into pout) while P V of t - 1 (from pin)
-        // still runs; then wait for that and rescale O. P alternates between two register
-        // arrays so that P(t) is computed while the tensor cores still read P(t - 1).
-        auto step = [&](int t, const uint32_t (&pin)[WG_BK / 16][4], uint32_t (&pout)[WG_BK / 16][4]) {
-            step_copies(t);
-            wgmma_fence();
-            fence_regs(s), fence_regs(o);
-            issue_s(t);
-            issue_pv(t - 1, pin);
-            wgmma_wait<1>();
-            fence_regs(s);
-            row_max(t);
-            exps(pout);
-            wgmma_wait<0>();
-            fence_regs(o);
-            rescale_o();
-        };
-        auto last_pv = [&](const uint32_t (&pin)[WG_BK / 16][4]) {
-            step_copies(ntiles);
-            wgmma_fence();
-            fence_regs(o);
-            issue_pv(ntiles - 1, pin);
-            wgmma_wait<0>();
-            fence_regs(o);
-        };
-        step_copies(0);
+        for (int i = 0; i < C::ROWS; i++) page_v[i] = page_k[i];
+        if (t + 2 < ntiles) lookup(t + 2, page_k);
+    };
+    // Step t: wait for S(t), its maxima and P(t) (into pout) while P V of t - 1 (from pin)
+    // still runs; then wait for that and rescale O. P alternates between two register
+    // arrays so that P(t) is computed while the tensor cores still read P(t - 1).
+    auto step = [&](int t, const uint32_t (&pin)[WG_BK / 16][4], uint32_t (&pout)[WG_BK / 16][4]) {
+        step_copies(t);
         wgmma_fence();
+        fence_regs(s), fence_regs(o);
+        issue_s(t);
+        issue_pv(t - 1, pin);
+        wgmma_wait<1>();
         fence_regs(s);
-        issue_s(0);
+        row_max(t);
+        exps(pout);
         wgmma_wait<0>();
-        fence_regs(s);
-        row_max(0);
-        exps(pa);
-        int t = 1;
-        for (; t + 1 < ntiles; t += 2) step(t, pa, pb), step(t + 1, pb, pa);
-        if (t < ntiles) step(t, pa, pb), last_pv(pb);
-        else last_pv(pa);
-    } else {
-        for (int t = 0; t < ntiles; t++) {
-            if (t + 1 < ntiles) {
-                copy_tile(a.k_cache, sK + ((t + 1) & 1) * WG_TILE_BYTES, t + 1, page_k);
-                copy_tile(a.v_cache, sV + ((t + 1) & 1) * WG_TILE_BYTES, t + 1, page_k);
-                commit();
-                if (t + 2 < ntiles) lookup(t + 2, page_k);
-                asm volatile("cp.async.wait_group 1;\n" ::);
-            } else {
-                asm volatile("cp.async.wait_group 0;\n" ::);
-            }
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            __syncthreads();
-            if (has_work(t)) {
-                wgmma_fence();
-                fence_regs(s);
-                issue_s(t);
-                wgmma_wait<0>();
-                fence_regs(s);
-                row_max(t);
-                exps(pa);
-                rescale_o();
-                wgmma_fence();
-                fence_regs(o);
-                issue_pv(t, pa);
-                wgmma_wait<0>();
-                fence_regs(o);
-            }
-            __syncthreads(); // both warpgroups are done with the buffers before they are refilled
-        }
-    }
+        fence_regs(o);
+        rescale_o();
+    };
+    auto last_pv = [&](const uint32_t (&pin)[WG_BK / 16][4]) {
+        step_copies(ntiles);
+        wgmma_fence();
+        fence_regs(o);
+        issue_pv(ntiles - 1, pin);
+        wgmma_wait<0>();
+        fence_regs(o);
+    };
+    step_copies(0);
+    wgmma_fence();
+    fence_regs(s);
+    issue_s(0);
+    wgmma_wait<0>();
+    fence_regs(s);
+    row_max(0);
+    exps(pa);
+    int t = 1;
+    for (; t + 1 < ntiles; t += 2) step(t, pa, pb), step(t + 1, pb, pa);
+    if (t < ntiles) step(t, pa, pb), last_pv(pb);
+    else last_pv(pa);
 
     if (!wg_rows) return;
 #pragma unroll
@@ -405,16 +368,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1) prefill_wgmma_kernel(k_attn_arg
 #endif
 }
 
-// The schedules k_prefill_wgmma's `schedule` selects, the default first: pipelined with 8
-// threads a key row, the serial schedule with the same copies, then 16 and 2 threads a row.
-// H200, causal n = 2048 (2026-12-03 17:14 UTC): 8 threads a row 0.111 ms; serial 0.110 (the
-// pipelining does not pay yet: 0.119 against 0.123 with 16 threads a row too); 16 threads
-// 0.120 (4 bytes of spills at 255 registers); 2 threads 0.130 (fewest instructions, but a
-// warp's copy then touches 16 rows 8 KB apart).
-static void (*const wgmma_kernels[K_PREFILL_WGMMA_SCHEDULES])(k_attn_args, const int32_t *) = {
-    prefill_wgmma_kernel<true, 8>, prefill_wgmma_kernel<false, 8>, prefill_wgmma_kernel<true, 16>,
-    prefill_wgmma_kernel<true, 2>};
-
 // True when this process's GPU runs the kernel: compute capability 9.0 (the sm_90a code) and
 // its shared-memory limit raised. Decided once.
 extern "C" int k_prefill_wgmma_ok(void)
@@ -426,25 +379,22 @@ extern "C" int k_prefill_wgmma_ok(void)
              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
              cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
              major == 9 && minor == 0;
-        for (int i = 0; ok && i < K_PREFILL_WGMMA_SCHEDULES; i++)
-            ok = cudaFuncSetAttribute(wgmma_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM) ==
+        if (ok)
+            ok = cudaFuncSetAttribute(prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM) ==
                  cudaSuccess;
         cudaGetLastError(); // a failed query leaves no sticky error for the next launch
     }
     return ok;
 }
 
-extern "C" int k_prefill_wgmma_runs(const k_attn_args *a)
+int k_prefill_wgmma_runs(const k_attn_args *a)
 {
     return a->hd == WG_HD && a->block_size > 0 && !(a->block_size & (a->block_size - 1)) &&
            k_prefill_wgmma_ok();
 }
 
-extern "C" cudaError_t k_prefill_wgmma(const k_attn_args *a, const int32_t *items, int32_t num_items,
-                                       int schedule, cudaStream_t stream)
+cudaError_t k_prefill_wgmma(const k_attn_args *a, const int32_t *items, int32_t num_items, cudaStream_t stream)
 {
-    if (schedule < 0 || schedule >= K_PREFILL_WGMMA_SCHEDULES) return cudaErrorInvalidValue;
     if (!k_prefill_wgmma_runs(a)) return cudaErrorNotSupported;
-    return k_launch(wgmma_kernels[schedule], dim3(a->nh, num_items), dim3(WG_THREADS), WG_SMEM, stream, *a,
-                    items);
+    return k_launch(prefill_wgmma_kernel, dim3(a->nh, num_items), dim3(WG_THREADS), WG_SMEM, stream, *a, items);
 }

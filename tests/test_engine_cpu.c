@@ -19,10 +19,10 @@
 
 #include "engine/cpu_ops.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
 #include "engine/safetensors.h"
 #include "engine/sampler.h"
 #include "engine/weights.h"
+#include "kernels/numerics.h"
 #include "testutil.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */

@@ -49,6 +49,8 @@
 #include <threads.h> /* not pthread.h: with -Icore, its <sched.h> is core/sched.h */
 #include <time.h>
 
+#include "kernels/cuda_check.h"
+
 #if TANDEM_HAVE_CUPTI
 #include <cupti.h>
 #endif
@@ -115,14 +117,6 @@ static int cupti_fail(CUptiResult st, const char *call, int line)
     const char *why = NULL;
     if (cuptiGetResultString(st, &why) != CUPTI_SUCCESS || !why) why = "unknown CUPTI error";
     fprintf(stderr, "profile: %s:%d: %s failed: %s\n", __FILE__, line, call, why);
-    return -1;
-}
-
-static int device_sync(void)
-{
-    cudaError_t err = cudaDeviceSynchronize();
-    if (err == cudaSuccess) return 0;
-    fprintf(stderr, "profile: cudaDeviceSynchronize failed: %s\n", cudaGetErrorString(err));
     return -1;
 }
 
@@ -263,7 +257,7 @@ static void trace_shutdown(void)
 
 int prof_begin(void)
 {
-    if (device_sync()) return -1;
+    CUDA_CHECK(cudaDeviceSynchronize());
     CUPTI_TRY(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)); /* earlier work: dropped */
     mtx_lock(&lock);
     n_recs = 0, lost_full = lost_untimed = bad_buffers = 0, cupti_dropped = 0;
@@ -274,7 +268,7 @@ int prof_begin(void)
 
 int prof_end(void)
 {
-    if (device_sync()) return -1;
+    CUDA_CHECK(cudaDeviceSynchronize());
     CUPTI_TRY(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     mtx_lock(&lock);
     recording = false;

@@ -7,10 +7,9 @@
  *   2. the time one tiny kernel occupies the GPU, launched back to back and replayed from a
  *      CUDA graph (kernel_min_ns);
  *   3. pinned host <-> device copies of 8 MiB blocks (swap bandwidth).
- * Not part of the build (the simulator needs no GPU). Build and run on the GPU machine:
- *   nvcc -O2 -std=c++17 -arch=sm_90 sim/calib/roofline_probe.cu -lcublas -o /tmp/probe
- *   /tmp/probe
- * Its output on this project's H200 is in sim/calib/h200-probe.txt; docs/costmodel.md reads it.
+ * Not part of `all` (the simulator needs no GPU): `make calib` builds build/roofline_probe; run it
+ * on the GPU machine. Its output on this project's H200 is in sim/calib/h200-probe.txt;
+ * docs/costmodel.md reads it.
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -18,22 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CUDA_CHECK(x)                                                                            \
-    do {                                                                                         \
-        cudaError_t err_ = (x);                                                                  \
-        if (err_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-#define CUBLAS_CHECK(x)                                                                          \
-    do {                                                                                         \
-        cublasStatus_t st_ = (x);                                                                \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-            fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, (int)st_);  \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "kernels/cuda_check.h"
 
 /* Uniform random values in [-scale/2, scale/2) from a splitmix64 hash of the index: tensor-core
  * power, hence clocks and GEMM rate, depend on the data (zeros run ~13% faster than random). */
