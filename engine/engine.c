@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/kv.h"
 #include "engine/weights.h"
 
 static const engine_backend_ops *const backends[] = {&cuda_backend_ops, &cpu_backend_ops};
@@ -19,7 +20,7 @@ void engine_opts_default(engine_opts *o)
 {
     *o = (engine_opts){
         .backend = "cuda",
-        .block_size = 16,
+        .block_size = KV_DEFAULT_BLOCK_SIZE,
         .max_tokens = 2048,
         .max_seqs = 256,
         .cuda_graphs = true,
