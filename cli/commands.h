@@ -12,5 +12,6 @@ int sweep_main(int argc, char **argv);
 int trace_gen_main(int argc, char **argv);
 int trace_stats_main(int argc, char **argv);
 int generate_main(int argc, char **argv);
+int compare_main(int argc, char **argv);
 
 #endif
