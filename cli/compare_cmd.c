@@ -53,7 +53,7 @@ static const opt_spec compare_specs[] = {
 #undef O
 
 static const char *usage =
-    "usage: tandem compare MEASURED SIMULATED [--out DIR] [--quiet]\n\n"
+    "usage: tandem compare MEASURED SIMULATED [--out DIR] [--no-figures] [--quiet]\n\n"
     "How close the simulator is to a measured run of the same trace. MEASURED: a run directory\n"
     "(tandem run --out), a directory of repeats DIR/1, DIR/2, ... (each a run directory), or a\n"
     "`vllm bench serve --save-result --save-detailed` JSON whose requests are the trace's rows in\n"
@@ -351,12 +351,17 @@ static int figures(const char *dir, const step_errors *steps, bool quiet, terr *
     int rc = find_plots(plots, sizeof plots) ? 0 : 1;
     if (!rc && steps) rc = draw(plots, "compare_steps.gp", dir, "compare_steps", step_args, 2, e);
     if (!rc) rc = draw(plots, "cdf.gp", dir, "compare_cdf", cdf_args, 5, e);
-    if (rc == 1 && !quiet)
-        printf("figures: gnuplot or plots/ not found; from the repository root, draw them with\n"
-               "  gnuplot -c plots/compare_steps.gp %s/compare_steps \"%s\" %s\n"
-               "  gnuplot -c plots/cdf.gp %s/compare_cdf \"%s\" %s \"%s\" %s \"%s\"\n",
-               dir, step_args[0], errors, dir, cdf_args[0], ttft, cdf_args[2], e2el, cdf_args[4]);
-    return rc < 0 ? -1 : 0;
+    if (rc < 0) return -1;
+    if (quiet) return 0;
+    if (rc == 0) {
+        printf("figures: %s/%scompare_cdf.png (and .svg)\n", dir, steps ? "compare_steps.png, " : "");
+        return 0;
+    }
+    printf("figures: gnuplot or plots/ not found; from the repository root, draw them with\n");
+    if (steps) printf("  gnuplot -c plots/compare_steps.gp %s/compare_steps \"%s\" %s\n", dir, step_args[0], errors);
+    printf("  gnuplot -c plots/cdf.gp %s/compare_cdf \"%s\" %s \"%s\" %s \"%s\"\n", dir, cdf_args[0], ttft,
+           cdf_args[2], e2el, cdf_args[4]);
+    return 0;
 }
 
 /* ---- the command ----------------------------------------------------------------------------- */
@@ -460,6 +465,14 @@ static int analyse_and_write(comparison *c, const compare_options *o, terr *e)
         json_array_append_new(c->notes, json_string("MEASURED has no steps.csv: no per-step re-prediction"));
     }
     if (!o->out) return 0;
+    if (!c->have_steps) { /* what an earlier comparison into this directory left would not be ours */
+        const char *stale[] = {"step_errors.csv", "compare_steps.png", "compare_steps.svg"};
+        for (size_t i = 0; i < ARRAY_LEN(stale); i++) {
+            char path[4300];
+            snprintf(path, sizeof path, "%s/%s", o->out, stale[i]);
+            unlink(path);
+        }
+    }
     if (write_cdf(o->out, "cdf_ttft.dat", "ttft_ms", &c->first, &c->sim, false, e) ||
         write_cdf(o->out, "cdf_e2el.dat", "e2el_ms", &c->first, &c->sim, true, e))
         return 1;
@@ -485,8 +498,7 @@ static void print_report(const comparison *c, const compare_options *o)
     for (size_t i = 0; i < json_array_size(c->notes); i++)
         printf("note: %s\n", json_string_value(json_array_get(c->notes, i)));
     if (o->out)
-        printf("outputs: %s/compare.json, %scdf_ttft.dat, cdf_e2el.dat%s\n", o->out,
-               c->have_steps ? "step_errors.csv, " : "", o->figures ? " and the figures (compare_*.png, .svg)" : "");
+        printf("outputs: %s/compare.json, %scdf_ttft.dat, cdf_e2el.dat\n", o->out, c->have_steps ? "step_errors.csv, " : "");
 }
 
 int compare_main(int argc, char **argv)

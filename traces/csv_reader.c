@@ -87,22 +87,22 @@ static const char *number_text(const csv_reader *r, int k)
     return !f->too_long && strlen(f->text) == f->len ? f->text : NULL;
 }
 
+static int not_a_number(const csv_reader *r, int k, const char *what, terr *e)
+{
+    return terr_set(e, "%s:%lld: %s \"%s\" is not %s", r->lines.path, (long long)r->lines.line, r->want[k],
+                    r->fields[k].text, what);
+}
+
 int csv_reader_i64(const csv_reader *r, int k, int64_t *v, terr *e)
 {
     const char *s = number_text(r, k);
-    if (!s || parse_i64(s, v))
-        return terr_set(e, "%s:%lld: %s \"%s\" is not an integer", r->lines.path, (long long)r->lines.line,
-                        r->want[k], r->fields[k].text);
-    return 0;
+    return s && !parse_i64(s, v) ? 0 : not_a_number(r, k, "an integer", e);
 }
 
 int csv_reader_f64(const csv_reader *r, int k, double *v, terr *e)
 {
     const char *s = number_text(r, k);
-    if (!s || parse_f64(s, v))
-        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", r->lines.path, (long long)r->lines.line,
-                        r->want[k], r->fields[k].text);
-    return 0;
+    return s && !parse_f64(s, v) ? 0 : not_a_number(r, k, "a number", e);
 }
 
 int64_t csv_reader_line(const csv_reader *r) { return r->lines.line; }
