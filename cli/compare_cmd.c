@@ -137,7 +137,7 @@ static void print_metrics(const metric_row *rows, int num_runs, FILE *f)
     char a[32], b[32], c[32], d[32], lo[32], hi[32];
     if (num_runs > 1)
         fprintf(f, "%-18s %-6s %11s %11s %9s   %s\n", "metric", "unit", "measured", "simulated", "error",
-                "spread over the repeats: (max-min)/mean [min, max]");
+                "spread: (max-min)/mean [min, max]");
     else fprintf(f, "%-18s %-6s %11s %11s %9s\n", "metric", "unit", "measured", "simulated", "error");
     for (int i = 0; i < COMPARE_NUM_METRICS; i++) {
         const metric_row *r = &rows[i];
@@ -487,8 +487,9 @@ static int analyse_and_write(comparison *c, const compare_options *o, terr *e)
 static void print_report(const comparison *c, const compare_options *o)
 {
     int64_t done_m = completed(&c->first), done_s = completed(&c->sim);
-    printf("tandem compare: MEASURED %s (%s%s), SIMULATED %s\n", o->measured,
-           c->first.source == RUN_VLLM ? "vllm bench serve" : "tandem", c->repeats ? ", repeats" : "", o->simulated);
+    printf("tandem compare: MEASURED %s (%s", o->measured, c->first.source == RUN_VLLM ? "vllm bench serve" : "tandem");
+    if (c->repeats) printf(", %d repeats", c->num_runs);
+    printf("), SIMULATED %s\n", o->simulated);
     printf("%" PRId64 " requests; completed: %" PRId64 " measured, %" PRId64 " simulated", c->sim.num_requests, done_m,
            done_s);
     if (c->num_runs > 1) printf("; measured = mean of %d repeats", c->num_runs);

@@ -257,7 +257,7 @@ START_TEST(repeats_give_a_spread)
     char *out = out_dir("reps_cmp");
     cli_result r = run_cli("compare", reps, sim_out, "--out", out, "--no-figures", NULL);
     ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
-    ck_assert_msg(strstr(r.out, "mean of 2 repeats") && strstr(r.out, "spread over the repeats"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "mean of 2 repeats") && strstr(r.out, "spread: (max-min)/mean"), "%s", r.out);
     cli_result_free(&r);
     json_t *cmp = load_json(out, "compare.json");
     /* the measured value is the repeats' mean; the spread their range over it */
