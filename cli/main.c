@@ -20,6 +20,7 @@ typedef struct command {
 static const command commands[] = {
     {NULL, "sim", sim_main, "simulate a trace under a scheduling policy with the GPU cost model"},
     {NULL, "run", run_main, "serve a trace on the real engine with the same loop and policy, in real time"},
+    {NULL, "compare", compare_main, "how close a simulated run is to a measured one: metrics, errors, step re-prediction"},
     {NULL, "sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
     {"trace", "gen", trace_gen_main, "write a synthetic trace (tandem CSV): Poisson/Gamma arrivals"},
     {"trace", "stats", trace_stats_main, "summarise a trace: rates, burstiness, lengths, KV capacity, suggested budgets"},

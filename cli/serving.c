@@ -119,8 +119,7 @@ static int check_range(const char *flag, int64_t v, int64_t lo, int64_t hi, terr
     return 0;
 }
 
-/* Model (a "synthetic:NAME" model has NAME's shape: all a cost model needs) and GPU. */
-static int resolve_model_gpu(const serving_options *o, serving_setup *su, terr *e)
+int serving_resolve_model_gpu(const serving_options *o, serving_setup *su, terr *e)
 {
     const char *model = strncmp(o->model, "synthetic:", 10) == 0 ? o->model + 10 : o->model;
     if (model_config_load(&su->model, model, e)) return -1;
@@ -143,7 +142,7 @@ static int resolve_model_gpu(const serving_options *o, serving_setup *su, terr *
 int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *e)
 {
     *su = (serving_setup){0};
-    if (resolve_model_gpu(o, su, e) ||
+    if (serving_resolve_model_gpu(o, su, e) ||
         check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
         check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e))
         return -1;
@@ -156,7 +155,7 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
 {
     *su = (serving_setup){0};
     if (!o->trace) return terr_set(e, "--trace is required (see --help)");
-    if (resolve_model_gpu(o, su, e)) return -1;
+    if (serving_resolve_model_gpu(o, su, e)) return -1;
     if (!(su->cost_model = cost_model_find(o->cost_model)))
         return terr_unknown(e, "cost-model", "cost model", o->cost_model, cost_model_list);
     su->cost_model_arg = cost_model_arg(o->cost_model);

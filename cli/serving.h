@@ -65,6 +65,10 @@ typedef struct serving_setup {
     double priority_cdf[8];       /* (num_priority_classes) cumulative fractions */
 } serving_setup;
 
+/* Model and GPU alone (a "synthetic:NAME" model has NAME's shape: all a cost model needs), with
+ * --block-size and --max-model-len checked against them: what re-predicting a run's steps
+ * needs (`tandem compare`). Errors name the flag. */
+int serving_resolve_model_gpu(const serving_options *o, serving_setup *su, terr *e);
 /* Model, GPU and KV capacity alone (what `trace stats` needs): checks those flags, resolves the
  * model and GPU, and sizes the KV cache for the budgets in o. Errors name the flag. */
 int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *e);

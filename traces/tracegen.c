@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "traces/lines.h"
+#include "traces/csv_reader.h"
 #include "traces/trace.h"
 
 typedef struct len_pair {
@@ -78,75 +78,24 @@ tracegen_options tracegen_options_default(void)
  * ignored) of a ShareGPT/arXiv-style CSV. */
 static int load_lengths(tracegen *g, const char *path, terr *e)
 {
-    trace_lines lines;
-    if (trace_lines_open(&lines, path, e)) return -1;
     enum { PREFILL, DECODE, NUM_COLS };
     static const char *const want[NUM_COLS] = {"num_prefill_tokens", "num_decode_tokens"};
-    int8_t slot_of_col[64];
-    trace_field names[64], vals[NUM_COLS];
-    trace_csv csv;
-    trace_csv_init(&csv);
+    csv_reader rd;
+    if (csv_reader_open(&rd, path, want, NUM_COLS, e)) {
+        if (strstr(e->msg, "missing column"))
+            snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
+                     " (a lengths file needs num_prefill_tokens,num_decode_tokens)");
+        return -1;
+    }
     size_t cap = 0;
-    int rc = -1, ncols = 0;
-    const char *line;
-    size_t len;
-    bool terminated;
-
-    int r = trace_lines_at_end(&lines, e);
-    if (r) {
-        if (r > 0) terr_set(e, "%s:1: empty file", path);
-        goto done;
-    }
-    if (lines.end - lines.start >= 3 && !memcmp(lines.buf + lines.start, "\xEF\xBB\xBF", 3)) {
-        terr_set(e, "%s:1: file starts with a UTF-8 byte order mark (BOM)", path);
-        goto done;
-    }
-    if (trace_lines_next(&lines, &line, &len, &terminated, e) < 0 ||
-        trace_lines_check_cr(&lines, &line, &len, terminated, e))
-        goto done;
-    csv.slots = names;
-    csv.num_slots = (int)ARRAY_LEN(names);
-    ncols = trace_csv_split(&csv, line, len);
-    if (ncols < 0 || ncols > (int)ARRAY_LEN(names)) {
-        terr_set(e, "%s:1: malformed CSV header", path);
-        goto done;
-    }
-    bool found[NUM_COLS] = {false, false};
-    for (int i = 0; i < ncols; i++) {
-        slot_of_col[i] = -1;
-        for (int k = 0; k < NUM_COLS; k++)
-            if (!strcmp(names[i].text, want[k]) && !found[k]) {
-                slot_of_col[i] = (int8_t)k;
-                found[k] = true;
-            }
-    }
-    for (int k = 0; k < NUM_COLS; k++)
-        if (!found[k]) {
-            terr_set(e, "%s:1: missing column \"%s\" (a lengths file needs "
-                        "num_prefill_tokens,num_decode_tokens)", path, want[k]);
-            goto done;
-        }
-    csv.slot_of_col = slot_of_col;
-    csv.num_mapped = ncols;
-    csv.slots = vals;
-    csv.num_slots = NUM_COLS;
-
-    while ((r = trace_lines_next(&lines, &line, &len, &terminated, e)) == 1) {
-        long long ln = (long long)lines.line;
-        if (trace_lines_check_cr(&lines, &line, &len, terminated, e)) goto done;
-        int n = len ? trace_csv_split(&csv, line, len) : 0;
-        if (n != ncols) {
-            terr_set(e, "%s:%lld: expected %d fields as in the header, found %d%s", path, ln,
-                     ncols, n < 0 ? 0 : n, n < 0 ? " (malformed CSV)" : "");
-            goto done;
-        }
+    int r, rc = -1;
+    while ((r = csv_reader_next(&rd, e)) == 1) {
         int32_t v[NUM_COLS];
         for (int k = 0; k < NUM_COLS; k++) {
             int64_t x;
-            bool text = !vals[k].too_long && strlen(vals[k].text) == vals[k].len;
-            if (!text || parse_i64(vals[k].text, &x) || x < 1 || x > TRACE_MAX_TOKENS) {
-                terr_set(e, "%s:%lld: %s \"%s\" is not an integer in [1, %d]", path, ln, want[k],
-                         vals[k].text, TRACE_MAX_TOKENS);
+            if (csv_reader_i64(&rd, k, &x, NULL) || x < 1 || x > TRACE_MAX_TOKENS) {
+                terr_set(e, "%s:%lld: %s \"%s\" is not an integer in [1, %d]", path, (long long)csv_reader_line(&rd),
+                         want[k], csv_reader_text(&rd, k), TRACE_MAX_TOKENS);
                 goto done;
             }
             v[k] = (int32_t)x;
@@ -161,8 +110,7 @@ static int load_lengths(tracegen *g, const char *path, terr *e)
     }
     rc = 0;
 done:
-    trace_csv_free(&csv);
-    trace_lines_close(&lines);
+    csv_reader_close(&rd);
     return rc;
 }
 

@@ -1,0 +1,324 @@
+/*
+ * test_compare.c: `tandem compare` on real outputs. The CPU engine serves a small trace with a
+ * tiny model (`tandem run`, twice more as repeats) and `tandem sim` replays it; compare must
+ * join them, report every metric, re-predict the simulated run's own steps with exactly zero
+ * error, refuse runs of other requests naming the difference, read a `vllm bench serve` result
+ * (tests/data/vllm_bench_serve.json, whose numbers were worked out by hand: see below) and give
+ * the spread of a directory of repeats. Nothing here depends on how fast the machine is: the
+ * measured runs are only checked for structure, never for their times.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "testutil.h"
+
+static char *dir;
+static char trace[4200], run_out[4300], sim_out[4300], reps[4300];
+
+#define COMMON "--trace", trace, "--model", "synthetic:tiny-llama2", "--max-num-seqs", "4", "--max-model-len", "128", \
+               "--block-size", "4", "--max-num-batched-tokens", "64", "--num-gpu-blocks-override", "40", "--quiet"
+#define VLLM_TRACE "tests/data/vllm_bench_trace.csv"
+#define VLLM_RESULT "tests/data/vllm_bench_serve.json"
+#define TINY "--model", "synthetic:tiny-llama2", "--max-model-len", "128", "--block-size", "4", "--quiet"
+
+static void expect_ok(cli_result r, const char *what)
+{
+    ck_assert_msg(r.exit_code == 0, "%s: exit %d: %s", what, r.exit_code, r.err);
+    cli_result_free(&r);
+}
+
+/* Once for the suite: the measured runs (CPU engine) and the simulated one. */
+static void setup_runs(void)
+{
+    dir = make_temp_dir("compare");
+    snprintf(trace, sizeof trace, "%s/t.csv", dir);
+    snprintf(run_out, sizeof run_out, "%s/run", dir);
+    snprintf(sim_out, sizeof sim_out, "%s/sim", dir);
+    snprintf(reps, sizeof reps, "%s/reps", dir);
+    expect_ok(run_cli("trace", "gen", "--num-requests", "12", "--rate", "200", "--length-dist", "uniform", "--input-len",
+                      "40", "--output-len", "12", "--range-ratio", "0.5", "--seed", "3", "--out", trace, NULL),
+              "trace gen");
+    expect_ok(run_cli("run", COMMON, "--backend", "cpu", "--out", run_out, NULL), "run");
+    expect_ok(run_cli("sim", COMMON, "--out", sim_out, NULL), "sim");
+    /* repeats as `tandem run --repeat 2` lays them out: reps/1, reps/2 */
+    for (int k = 1; k <= 2; k++) {
+        char rep[4400];
+        snprintf(rep, sizeof rep, "%s/%d", reps, k);
+        expect_ok(run_cli("run", COMMON, "--backend", "cpu", "--out", rep, NULL), "run (repeat)");
+    }
+}
+
+static void teardown_runs(void) { rm_tree(dir); }
+
+static json_t *load_json(const char *out, const char *name)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", out, name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_msg(j, "%s: %s", path, je.text);
+    return j;
+}
+
+/* compare.json's metrics[key][field] (NAN for null) */
+static double metric(json_t *cmp, const char *key, const char *field)
+{
+    json_t *m = json_object_get(json_object_get(cmp, "metrics"), key);
+    ck_assert_msg(m, "compare.json has no metric %s", key);
+    json_t *v = json_object_get(m, field);
+    ck_assert_msg(v, "compare.json: metrics.%s has no %s", key, field);
+    return json_is_null(v) ? NAN : json_number_value(v);
+}
+
+static const char *const every_metric[] = {
+    "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+    "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p90_itl_ms", "p99_itl_ms",
+    "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "mean_queue_ms", "median_queue_ms",
+    "p90_queue_ms", "p99_queue_ms", "num_preemptions", "mean_batch_size"};
+
+static char *out_dir(const char *name)
+{
+    char *p = malloc(4400);
+    snprintf(p, 4400, "%s/%s", dir, name);
+    return p;
+}
+
+static int count_lines(const char *path)
+{
+    char *text = slurp(path, NULL);
+    ck_assert_msg(text, "cannot read %s", path);
+    int n = 0;
+    for (char *c = text; *c; c++) n += *c == '\n';
+    free(text);
+    return n;
+}
+
+START_TEST(run_against_sim_reports_every_metric_and_step)
+{
+    char *out = out_dir("cmp");
+    cli_result r = run_cli("compare", run_out, sim_out, "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    ck_assert_msg(strstr(r.out, "TTFT p99") && strstr(r.out, "step re-prediction"), "table: %s", r.out);
+    cli_result_free(&r);
+    json_t *cmp = load_json(out, "compare.json");
+    for (size_t i = 0; i < sizeof every_metric / sizeof *every_metric; i++) {
+        ck_assert_msg(!isnan(metric(cmp, every_metric[i], "measured")), "%s: measured is null", every_metric[i]);
+        ck_assert_msg(!isnan(metric(cmp, every_metric[i], "simulated")), "%s: simulated is null", every_metric[i]);
+    }
+    /* every measured step is re-predicted, and classified once */
+    char path[4500];
+    snprintf(path, sizeof path, "%s/steps.csv", run_out);
+    int steps = count_lines(path) - 1;
+    json_t *all = json_object_get(json_object_get(json_object_get(cmp, "steps"), "classes"), "all");
+    ck_assert_msg(all, "compare.json has no steps.classes.all");
+    ck_assert_int_eq(json_integer_value(json_object_get(all, "count")), steps);
+    snprintf(path, sizeof path, "%s/step_errors.csv", out);
+    ck_assert_int_eq(count_lines(path) - 1, steps);
+    const char *files[] = {"cdf_ttft.dat", "cdf_e2el.dat", "compare_steps.png", "compare_steps.svg",
+                           "compare_cdf.png", "compare_cdf.svg"};
+    bool gnuplot = system("command -v gnuplot >/dev/null") == 0;
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        if (!gnuplot && strstr(files[i], ".png")) continue;
+        if (!gnuplot && strstr(files[i], ".svg")) continue;
+        snprintf(path, sizeof path, "%s/%s", out, files[i]);
+        struct stat st;
+        ck_assert_msg(stat(path, &st) == 0 && st.st_size > 0, "%s missing or empty", path);
+    }
+    /* outputs are complete or absent: no temporary file is left behind */
+    char cmd[4600];
+    snprintf(cmd, sizeof cmd, "ls -A %s | grep -q tmp", out);
+    ck_assert_msg(system(cmd) != 0, "a temporary file is left in %s", out);
+    json_decref(cmp);
+    free(out);
+}
+END_TEST
+
+START_TEST(sim_against_itself_has_exactly_zero_error)
+{
+    char *out = out_dir("self");
+    expect_ok(run_cli("compare", sim_out, sim_out, "--out", out, "--no-figures", "--quiet", NULL), "compare");
+    json_t *cmp = load_json(out, "compare.json");
+    for (size_t i = 0; i < sizeof every_metric / sizeof *every_metric; i++)
+        ck_assert_msg(metric(cmp, every_metric[i], "rel_error") == 0, "%s: error %g, not 0", every_metric[i],
+                      metric(cmp, every_metric[i], "rel_error"));
+    json_t *classes = json_object_get(json_object_get(cmp, "steps"), "classes");
+    const char *name;
+    json_t *c;
+    json_object_foreach(classes, name, c) {
+        if (!json_integer_value(json_object_get(c, "count"))) continue;
+        const char *stats[] = {"median_abs_rel_error", "p90_abs_rel_error", "median_rel_error", "total_rel_error"};
+        for (size_t k = 0; k < 4; k++)
+            ck_assert_msg(json_number_value(json_object_get(c, stats[k])) == 0, "steps %s: %s = %g, not 0", name,
+                          stats[k], json_number_value(json_object_get(c, stats[k])));
+    }
+    /* and so is every row of step_errors.csv */
+    char path[4500];
+    snprintf(path, sizeof path, "%s/step_errors.csv", out);
+    char *csv = slurp(path, NULL);
+    for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
+        char *nl = strchr(line, '\n'), *last = nl;
+        while (last[-1] != ',') last--;
+        ck_assert_msg(nl - last == 1 && *last == '0', "step error not 0: %.*s", (int)(nl - line), line);
+    }
+    free(csv);
+    json_decref(cmp);
+    free(out);
+}
+END_TEST
+
+/* Runs compare and expects exit 2 with `want` in the message. */
+static void expect_refused(const char *measured, const char *simulated, const char *want)
+{
+    cli_result r = run_cli("compare", measured, simulated, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, want), "compare %s %s: exit %d, message \"%s\"; want exit 2 and \"%s\"",
+                  measured, simulated, r.exit_code, r.err, want);
+    cli_result_free(&r);
+}
+
+/* Copies a run directory to dir/name and adds 1 to request `id`'s prompt_tokens in its
+ * requests.csv. */
+static char *doctored_copy(const char *src, const char *name, int id)
+{
+    char *dst = out_dir(name), cmd[9000];
+    snprintf(cmd, sizeof cmd,
+             "cp -r %s %s && awk -F, -v OFS=, 'NR > 1 && $1 == %d { $6 = $6 + 1 } { print }' %s/requests.csv > "
+             "%s/r.tmp && mv %s/r.tmp %s/requests.csv",
+             src, dst, id, src, dst, dst, dst);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    return dst;
+}
+
+START_TEST(mismatched_runs_are_refused_naming_what_differs)
+{
+    char *fewer = out_dir("fewer"), *other_model = out_dir("other_model");
+    expect_ok(run_cli("sim", COMMON, "--max-requests", "8", "--out", fewer, NULL), "sim --max-requests 8");
+    expect_refused(run_out, fewer, "max-requests: 0 in MEASURED, 8 in SIMULATED");
+    expect_ok(run_cli("sim", COMMON, "--model", "llama-2-7b", "--out", other_model, NULL), "sim --model llama-2-7b");
+    expect_refused(run_out, other_model, "model: \"synthetic:tiny-llama2\" in MEASURED, \"llama-2-7b\" in SIMULATED");
+
+    char *doctored = doctored_copy(sim_out, "doctored", 5), path[4500];
+    snprintf(path, sizeof path, "%s/requests.csv", sim_out);
+    char *csv = slurp(path, NULL), *row = strstr(csv, "\n5,"), want[96];
+    ck_assert_msg(row, "no request 5 in %s", path);
+    int prompt = 0;
+    ck_assert(sscanf(row + 1, "%*[^,],%*[^,],%*[^,],%*[^,],%*[^,],%d", &prompt) == 1);
+    snprintf(want, sizeof want, "request 5: prompt %d in MEASURED, %d in SIMULATED", prompt, prompt + 1);
+    expect_refused(run_out, doctored, want);
+    free(csv);
+    free(doctored);
+    free(fewer);
+    free(other_model);
+}
+END_TEST
+
+/* The fixture's requests, worked out by hand (seconds in the file, ms here): request 3 failed
+ * (error text, output 0); TTFTs 50, 60, 70, 40; ITLs {10, 12, 11}, {20, 10}, {10 x 4}, {};
+ * E2E = TTFT + the sum of the ITLs: 83, 90, 110, 40; TPOT = (E2E - TTFT) / (output - 1) for
+ * outputs 4, 3, 5 (the 1-token request has none): 11, 15, 10. Percentiles as numpy's. */
+START_TEST(vllm_result_is_read_and_joined)
+{
+    char *sim = out_dir("vllm_sim"), *out = out_dir("vllm_cmp"), *fewer = out_dir("vllm_fewer");
+    expect_ok(run_cli("sim", "--trace", VLLM_TRACE, TINY, "--out", sim, NULL), "sim of the vllm trace");
+    expect_ok(run_cli("compare", VLLM_RESULT, sim, "--out", out, "--no-figures", "--quiet", NULL), "compare");
+    json_t *cmp = load_json(out, "compare.json");
+    const struct {
+        const char *key;
+        double want;
+    } hand[] = {{"output_throughput", 65},  {"mean_ttft_ms", 55},  {"median_ttft_ms", 55}, {"p90_ttft_ms", 67},
+                {"p99_ttft_ms", 69.7},      {"mean_tpot_ms", 12},  {"median_tpot_ms", 11}, {"mean_itl_ms", 103.0 / 9},
+                {"median_itl_ms", 10},      {"p99_itl_ms", 19.36}, {"mean_e2el_ms", 80.75}, {"median_e2el_ms", 86.5},
+                {"p90_e2el_ms", 104}};
+    for (size_t i = 0; i < sizeof hand / sizeof *hand; i++) {
+        double got = metric(cmp, hand[i].key, "measured");
+        ck_assert_msg(fabs(got - hand[i].want) < 1e-9 * hand[i].want, "%s: measured %.12g, by hand %.12g",
+                      hand[i].key, got, hand[i].want);
+    }
+    /* what a vLLM result does not record stays unknown, not 0 */
+    ck_assert_msg(isnan(metric(cmp, "mean_queue_ms", "measured")), "queue time invented for vLLM");
+    ck_assert_msg(isnan(metric(cmp, "num_preemptions", "measured")), "preemptions invented for vLLM");
+    json_t *m = json_object_get(cmp, "measured");
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "completed")), 4);
+    ck_assert_msg(json_is_null(json_object_get(cmp, "steps")), "steps re-predicted without a steps.csv");
+    json_decref(cmp);
+    expect_ok(run_cli("sim", "--trace", VLLM_TRACE, TINY, "--max-requests", "3", "--out", fewer, NULL), "sim");
+    expect_refused(VLLM_RESULT, fewer, "5 requests in MEASURED, 3 in SIMULATED");
+    free(sim);
+    free(out);
+    free(fewer);
+}
+END_TEST
+
+START_TEST(repeats_give_a_spread)
+{
+    char *out = out_dir("reps_cmp");
+    cli_result r = run_cli("compare", reps, sim_out, "--out", out, "--no-figures", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    ck_assert_msg(strstr(r.out, "mean of 2 repeats") && strstr(r.out, "spread: (max-min)/mean"), "%s", r.out);
+    cli_result_free(&r);
+    json_t *cmp = load_json(out, "compare.json");
+    /* the measured value is the repeats' mean; the spread their range over it */
+    double per_run[2];
+    for (int k = 0; k < 2; k++) {
+        char rep[4400];
+        snprintf(rep, sizeof rep, "%s/%d", reps, k + 1);
+        json_t *s = load_json(rep, "summary.json");
+        per_run[k] = json_number_value(json_object_get(s, "output_throughput"));
+        json_decref(s);
+    }
+    double mean = (per_run[0] + per_run[1]) / 2, lo = fmin(per_run[0], per_run[1]), hi = fmax(per_run[0], per_run[1]);
+    json_t *spread = json_object_get(json_object_get(json_object_get(cmp, "metrics"), "output_throughput"), "spread");
+    ck_assert_msg(json_is_object(spread), "no spread for output_throughput");
+    ck_assert_msg(fabs(metric(cmp, "output_throughput", "measured") - mean) <= 1e-9 * mean, "measured %g, mean %g",
+                  metric(cmp, "output_throughput", "measured"), mean);
+    ck_assert_msg(json_number_value(json_object_get(spread, "min")) == lo &&
+                      json_number_value(json_object_get(spread, "max")) == hi,
+                  "spread [%g, %g], repeats %g and %g", json_number_value(json_object_get(spread, "min")),
+                  json_number_value(json_object_get(spread, "max")), per_run[0], per_run[1]);
+    ck_assert_msg(fabs(json_number_value(json_object_get(spread, "rel")) - (hi - lo) / mean) <= 1e-9,
+                  "rel spread %g, want %g", json_number_value(json_object_get(spread, "rel")), (hi - lo) / mean);
+    json_decref(cmp);
+    free(out);
+}
+END_TEST
+
+START_TEST(bad_inputs_are_errors_that_name_them)
+{
+    expect_refused("/nonexistent/run", sim_out, "/nonexistent/run");
+    expect_refused(dir, sim_out, "neither a run directory");
+    /* SIMULATED brings the cost model that re-predicts the steps: a vLLM result has none */
+    expect_refused(run_out, VLLM_RESULT, "SIMULATED must be a `tandem sim --out` directory");
+    /* a copy of the run whose requests.csv has a word where line 3's arrival should be */
+    char *bad = doctored_copy(run_out, "bad", -1), path[4500], cmd[9000];
+    snprintf(cmd, sizeof cmd, "sed -i '3s/^\\([^,]*\\),[^,]*,/\\1,oops,/' %s/requests.csv", bad);
+    ck_assert(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/requests.csv:3: arrival_s \"oops\" is not a number", bad);
+    expect_refused(bad, sim_out, path);
+    free(bad);
+    cli_result r = run_cli("compare", run_out, NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "MEASURED and SIMULATED"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli("compare", run_out, sim_out, "--outt", "x", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--outt: unknown option"), "%s", r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("compare");
+    TCase *tc = tcase_create("compare");
+    tcase_add_unchecked_fixture(tc, setup_runs, teardown_runs);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, run_against_sim_reports_every_metric_and_step);
+    tcase_add_test(tc, sim_against_itself_has_exactly_zero_error);
+    tcase_add_test(tc, mismatched_runs_are_refused_naming_what_differs);
+    tcase_add_test(tc, vllm_result_is_read_and_joined);
+    tcase_add_test(tc, repeats_give_a_spread);
+    tcase_add_test(tc, bad_inputs_are_errors_that_name_them);
+    suite_add_tcase(s, tc);
+    return run_suite(s) ? 1 : 0;
+}
