@@ -194,7 +194,7 @@ static int predictor_open(predictor *p, const run_results *s, step_errors *res, 
     static const char *const keys[] = {"model", "gpu", "block-size", "max-model-len"};
     serving_options o = {0};
     serving_options_defaults(&o);
-    char text[4096], cm[64];
+    char text[4096], cm[4096], force[16];
     int rc = -1;
     for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
         run_results_config_text(s, keys[i], text, sizeof text);
@@ -217,6 +217,9 @@ static int predictor_open(predictor *p, const run_results *s, step_errors *res, 
     }
     cost_model_opts co = cost_model_opts_default();
     co.block_size = su.sched.block_size;
+    co.arg = cost_model_arg(cm);
+    run_results_config_text(s, "force-profile", force, sizeof force);
+    co.force = !strcmp(force, "true");
     if (!(p->self = p->ops->create(&su.model, su.gpu, &co, e))) goto done;
     snprintf(res->cost_model, sizeof res->cost_model, "%s", cm);
     snprintf(res->gpu, sizeof res->gpu, "%s", o.gpu);

@@ -75,7 +75,7 @@ typedef struct step_errors {
     step_class_error cls[STEP_NUM_CLASSES];
     int64_t num_steps;             /* rows of steps.csv */
     int64_t num_zero;              /* of them, measured 0 us (no relative error; left out) */
-    char cost_model[64], gpu[64], model[160]; /* what predicted them */
+    char cost_model[4096], gpu[64], model[160]; /* what predicted them */
 } step_errors;
 
 /* Re-predicts each step of steps_csv (a measured run's) from its shape with the cost model of

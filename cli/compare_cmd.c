@@ -343,8 +343,9 @@ static int figures(const char *dir, const step_errors *steps, bool quiet, terr *
     snprintf(errors, sizeof errors, "%s/step_errors.csv", dir);
     snprintf(ttft, sizeof ttft, "%s/cdf_ttft.dat", dir);
     snprintf(e2el, sizeof e2el, "%s/cdf_e2el.dat", dir);
-    snprintf(title, sizeof title, "step time: measured, and predicted from each step's shape by %s on %s",
-             steps ? steps->cost_model : "", steps ? steps->gpu : "");
+    const char *cm = steps ? steps->cost_model : "";
+    snprintf(title, sizeof title, "step time: measured, and predicted from each step's shape by %.*s on %.60s",
+             (int)strcspn(cm, ":"), cm, steps ? steps->gpu : ""); /* a profile's name, not its path */
     char *step_args[] = {title, errors};
     char *cdf_args[] = {"latency of the completed requests: measured and simulated", ttft, "TTFT (ms)", e2el,
                         "end-to-end latency (ms)"};
@@ -446,6 +447,49 @@ static json_t *report_json(const comparison *c, const compare_options *o)
 
 /* Re-predicts the first run's steps (writing step_errors.csv with --out), then writes the CDF
  * data and compare.json. Returns 0, 1 (an output failed) or 2 (bad input). */
+/* A JSON number as CSV text ("" for null). */
+static void csv_num(FILE *f, json_t *v)
+{
+    if (json_is_number(v)) fprintf(f, ",%.10g", json_number_value(v));
+    else fputc(',', f);
+}
+
+/* compare.json's two tables as CSV, for scripts that gather many comparisons (experiments/):
+ * metrics.csv (metric,measured,simulated,rel_error,spread) and, with steps, step_classes.csv
+ * (class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error). */
+static int write_tables(const char *dir, json_t *j, terr *e)
+{
+    out_file m;
+    if (out_open(&m, dir, "metrics.csv", e)) return -1;
+    fprintf(m.f, "metric,measured,simulated,rel_error,spread\n");
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(j, "metrics"), key, v) {
+        fputs(key, m.f);
+        csv_num(m.f, json_object_get(v, "measured"));
+        csv_num(m.f, json_object_get(v, "simulated"));
+        csv_num(m.f, json_object_get(v, "rel_error"));
+        csv_num(m.f, json_object_get(v, "spread"));
+        fputc('\n', m.f);
+    }
+    if (out_close(&m, true, e)) return -1;
+    json_t *classes = json_object_get(json_object_get(j, "steps"), "classes");
+    if (!classes) return 0;
+    out_file s;
+    if (out_open(&s, dir, "step_classes.csv", e)) return -1;
+    fprintf(s.f, "class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error\n");
+    json_object_foreach(classes, key, v) {
+        fputs(key, s.f);
+        csv_num(s.f, json_object_get(v, "count"));
+        csv_num(s.f, json_object_get(v, "median_abs_rel_error"));
+        csv_num(s.f, json_object_get(v, "p90_abs_rel_error"));
+        csv_num(s.f, json_object_get(v, "median_rel_error"));
+        csv_num(s.f, json_object_get(v, "total_rel_error"));
+        fputc('\n', s.f);
+    }
+    return out_close(&s, true, e);
+}
+
 static int analyse_and_write(comparison *c, const compare_options *o, terr *e)
 {
     if (o->out && mkdir_p(o->out)) {
@@ -480,8 +524,9 @@ static int analyse_and_write(comparison *c, const compare_options *o, terr *e)
     out_file cj;
     int bad = out_open(&cj, o->out, "compare.json", e) ||
               json_dumpf(j, cj.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) || fputc('\n', cj.f) == EOF;
+    bad = out_close(&cj, !bad, e) || bad || write_tables(o->out, j, e);
     json_decref(j);
-    return out_close(&cj, !bad, e) || bad ? 1 : 0;
+    return bad ? 1 : 0;
 }
 
 static void print_report(const comparison *c, const compare_options *o)
@@ -499,7 +544,8 @@ static void print_report(const comparison *c, const compare_options *o)
     for (size_t i = 0; i < json_array_size(c->notes); i++)
         printf("note: %s\n", json_string_value(json_array_get(c->notes, i)));
     if (o->out)
-        printf("outputs: %s/compare.json, %scdf_ttft.dat, cdf_e2el.dat\n", o->out, c->have_steps ? "step_errors.csv, " : "");
+        printf("outputs: %s/compare.json, metrics.csv, %scdf_ttft.dat, cdf_e2el.dat\n", o->out,
+               c->have_steps ? "step_classes.csv, step_errors.csv, " : "");
 }
 
 int compare_main(int argc, char **argv)

@@ -15,7 +15,8 @@
  * (Contexts shrink to fit a short max_model_len.)
  * Each point is a batch of made-up requests whose block tables come from a block manager over
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
- * all), `--warmup` times untimed and `--repeats` times timed; the file keeps the median, the
+ * all; the free blocks shuffled first, as a running server's are), `--warmup` times untimed and
+ * `--repeats` times timed; the file keeps the median, the
  * 10th and 90th percentiles, min and max. The context's KV is whatever the cache holds (a
  * step's time does not depend on the values).
  *
@@ -27,7 +28,10 @@
  *   p90_ms,min_ms,max_ms
  * The shape columns are core/batch.h's step_shape, as steps.csv writes them.
  */
+#include <assert.h>
 #include <errno.h>
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -140,6 +144,23 @@ static void grid_build(grid *g)
         for (size_t j = 0; j < ARRAY_LEN(mixed_chunk); j++)
             grid_add(g, (grid_point){.kind = "mixed", .n_prefill = 1, .chunk = mixed_chunk[j], .n_short = mixed_dec[i],
                                      .ctx_short = mixed_ctx});
+}
+
+/* Puts the free blocks in a seeded random order, so the points' block tables are scattered over
+ * the cache as a serving engine's become once requests have come and gone (a fresh manager hands
+ * out consecutive ids, whose pages read faster than a server's ever do). */
+static void scatter_free_blocks(kv_manager *kv, unsigned long seed)
+{
+    kv_block_table all = {0};
+    bool ok = kv_allocate_table(kv, &all, kv->num_blocks);
+    assert(ok);
+    (void)ok;
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, seed);
+    gsl_ran_shuffle(rng, all.ids, (size_t)all.len, sizeof *all.ids);
+    gsl_rng_free(rng);
+    kv_free_table(kv, &all);
+    free(all.ids);
 }
 
 /* Sets r up as a request whose next `n` tokens after `ctx` cached ones are this step's: a
@@ -294,6 +315,7 @@ int profile_main(int argc, char **argv)
     }
     kv_init(&kv, (int32_t)su.kv.num_blocks, su.sched.block_size, false);
     kv_ready = true;
+    scatter_free_blocks(&kv, 1);
     reqs = xcalloc((size_t)g.max_seqs + 1, sizeof *reqs);
     batch_init(&b, g.max_seqs + 1);
     snprintf(tmp, sizeof tmp, "%s.tmp", o.profile_out);

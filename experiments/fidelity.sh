@@ -18,9 +18,9 @@
 #   gpu MODEL   on the GPU machine: writes the traces, profiles MODEL's engine into
 #               configs/profiles/MODEL_h200.csv, runs every workload with `tandem run`, and packs
 #               the measured runs into $OUT/fidelity-MODEL.tar.gz (the device tool brings it back)
-#   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz, simulates each
-#               workload with both cost models, runs `tandem compare`, and writes
-#               experiments/results/fidelity/table.csv and the figure
+#   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz (the measured
+#               runs, committed), simulates each workload with both cost models, runs `tandem
+#               compare`, and writes experiments/results/fidelity/table.csv and steps.csv
 #   plot        redraws the figure from the committed table
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -69,10 +69,14 @@ gpu() {
     tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
 }
 
+# report: simulate every measured workload with both cost models, compare, and gather the
+# comparisons into table.csv (request metrics) and steps.csv (per-step re-prediction by class).
 report() {
     traces
-    local table=$RES/table.csv
-    echo "model,workload,cost_model,metric,measured,simulated,rel_error" > "$table.tmp"
+    local table=$RES/table.csv steps=$RES/steps.csv
+    echo "model,workload,cost_model,metric,measured,simulated,rel_error,spread" > "$table.tmp"
+    echo "model,workload,cost_model,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
+        > "$steps.tmp"
     for model in $MODELS; do
         local packed=$RES/measured-$model.tar.gz
         [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; continue; }
@@ -81,20 +85,18 @@ report() {
         while IFS='|' read -r name trace flags; do
             [ -f "$dir/$name/summary.json" ] || continue
             for cm in roofline "profile:configs/profiles/${model}_h200.csv"; do
-                local tag=${cm%%:*}
+                local tag=${cm%%:*} sim=$RAW/sim-$model/$name-${cm%%:*} cmp=$RAW/cmp-$model/$name-${cm%%:*}
                 # shellcheck disable=SC2086
-                "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$RAW/sim-$model/$name-$tag" --quiet
-                "$BIN" compare "$dir/$name" "$RAW/sim-$model/$name-$tag" --out "$RAW/cmp-$model/$name-$tag" --quiet
-                python3 - "$RAW/cmp-$model/$name-$tag/compare.json" "$model" "$name" "$tag" >> "$table.tmp" <<'PY' || true
-import json, sys
-c = json.load(open(sys.argv[1]))
-for m in c.get("metrics", []):
-    print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{m['name']},{m['measured']},{m['simulated']},{m['rel_error']}")
-PY
+                "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$sim" --quiet
+                "$BIN" compare "$dir/$name" "$sim" --out "$cmp" --no-figures --quiet
+                tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$name,$tag,|" >> "$table.tmp"
+                tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$name,$tag,|" >> "$steps.tmp"
             done
         done < <(workloads)
     done
     mv "$table.tmp" "$table"
+    mv "$steps.tmp" "$steps"
+    echo "[$EXP] $table, $steps"
 }
 
 case ${1:-report} in

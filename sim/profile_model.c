@@ -11,9 +11,23 @@
 #include "core/util.h"
 
 /* The linear terms after G's knots, in this order. */
-enum { F_DECODE_KEYS, F_DECODE_SEQS, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING, F_DECODE_ONLY, F_MIXED, NUM_LINEAR };
-static const char *const linear_names[NUM_LINEAR] = {"decode_keys", "decode_seqs", "prefill_pairs2", "prefill_keys",
-                                                     "emitting", "decode_only", "mixed"};
+enum {
+    F_DECODE_KEYS, F_DECODE_SEQS, F_DECODE_GRID, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING, F_DECODE_ONLY, F_MIXED,
+    NUM_LINEAR
+};
+static const char *const linear_names[NUM_LINEAR] = {"decode_keys",   "decode_seqs",  "decode_grid",
+                                                     "prefill_pairs2", "prefill_keys", "emitting",
+                                                     "decode_only",   "mixed"};
+
+/* The decode attention grid a step launches, in tokens: every decode is given the power-of-two
+ * bucket of the longest context (at least 256), as the engine sizes its grid (and its CUDA
+ * graphs); blocks past a sequence's end exit at once, but are launched. */
+static double decode_grid(const step_shape *s)
+{
+    double bucket = 256;
+    while (bucket < s->max_keys) bucket *= 2;
+    return s->num_decode_seqs * bucket;
+}
 /* Columns of a profile row, by name. */
 static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
                                       "decode_tokens", "prefill_pairs2", "prefill_keys", "decode_keys",
@@ -65,6 +79,7 @@ static void features(const profile_model *pm, const step_shape *s, double *x, bo
     double *l = x + K;
     l[F_DECODE_KEYS] = (double)s->decode_keys;
     l[F_DECODE_SEQS] = s->num_decode_seqs;
+    l[F_DECODE_GRID] = s->num_decode_seqs ? decode_grid(s) : 0;
     l[F_PREFILL_PAIRS2] = (double)s->prefill_pairs2;
     l[F_PREFILL_KEYS] = (double)s->prefill_keys;
     l[F_EMITTING] = s->num_emitting;
