@@ -210,14 +210,11 @@ static int predictor_open(predictor *p, const run_results *s, step_errors *res, 
         goto done;
     }
     serving_setup su = {0};
-    if (serving_resolve_model_gpu(&o, &su, e)) goto done;
-    if (!(p->ops = cost_model_find(cm))) {
-        terr_unknown(e, "cost-model", "cost model", cm, cost_model_list);
-        goto done;
-    }
+    if (serving_resolve_model_gpu(&o, &su, e) || serving_resolve_cost_model(cm, &su, e)) goto done;
+    p->ops = su.cost_model;
     cost_model_opts co = cost_model_opts_default();
     co.block_size = su.sched.block_size;
-    co.arg = cost_model_arg(cm);
+    co.arg = su.cost_model_arg[0] ? su.cost_model_arg : NULL;
     run_results_config_text(s, "force-profile", force, sizeof force);
     co.force = !strcmp(force, "true");
     if (!(p->self = p->ops->create(&su.model, su.gpu, &co, e))) goto done;

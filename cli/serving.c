@@ -11,6 +11,8 @@
 #include "core/clock.h"
 #include "core/kv.h"
 #include "core/serve.h"
+#include "sim/profile_model.h"
+#include "sim/roofline.h"
 #include "sim/sim_executor.h"
 #include "traces/trace.h"
 
@@ -21,7 +23,7 @@ static const opt_spec serving_own_specs[] = {
     {"out", OPT_STR, O(out), "", "directory for requests.csv, steps.csv, summary.json"},
     {"model", OPT_STR, O(model), "llama-2-7b", "shipped model name, config.json, or checkpoint dir"},
     {"gpu", OPT_STR, O(gpu), "h200", "GPU (listed above)"},
-    {"cost-model", OPT_STR, O(cost_model), "roofline", "how step times are predicted (listed above)"},
+    {"cost-model", OPT_STR, O(cost_model), "auto", "how step times are predicted (listed above)"},
     {"force-profile", OPT_BOOL, O(force_profile), "false", "use a profile:FILE measured for another model, GPU or block size (flagged in summary.json)"},
     {"scheduling-policy", OPT_STR, O(scheduling_policy), "vllm", "scheduling policy (listed above)"},
     {"max-num-seqs", OPT_I64, O(max_num_seqs), "1024", "running requests at most"},
@@ -151,14 +153,28 @@ int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *
                                su->sched.max_model_len, e);
 }
 
+int serving_resolve_cost_model(const char *spec, serving_setup *su, terr *e)
+{
+    su->cost_model_arg[0] = 0;
+    if (!strcmp(spec, "auto")) {
+        const char *shipped = profile_shipped_for(&su->model, su->gpu, su->sched.block_size);
+        su->cost_model = shipped ? &profile_cost_model : &roofline_cost_model;
+        if (shipped) snprintf(su->cost_model_arg, sizeof su->cost_model_arg, "%s", shipped);
+        return 0;
+    }
+    if (!(su->cost_model = cost_model_find(spec)))
+        return terr_unknown(e, "cost-model", "cost model", spec, cost_model_list);
+    const char *arg = cost_model_arg(spec);
+    if (arg) snprintf(su->cost_model_arg, sizeof su->cost_model_arg, "%s", arg);
+    return 0;
+}
+
 int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
 {
     *su = (serving_setup){0};
     if (!o->trace) return terr_set(e, "--trace is required (see --help)");
     if (serving_resolve_model_gpu(o, su, e)) return -1;
-    if (!(su->cost_model = cost_model_find(o->cost_model)))
-        return terr_unknown(e, "cost-model", "cost model", o->cost_model, cost_model_list);
-    su->cost_model_arg = cost_model_arg(o->cost_model);
+    if (serving_resolve_cost_model(o->cost_model, su, e)) return -1;
     if (!(su->policy = policy_find(o->scheduling_policy)))
         return terr_unknown(e, "scheduling-policy", "policy", o->scheduling_policy, policy_list);
     if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
@@ -269,7 +285,7 @@ int serving_simulate(const serving_options *o, const serving_setup *su, metrics_
     executor ex;
     cost_model_opts cmo = cost_model_opts_default();
     cmo.block_size = su->sched.block_size;
-    cmo.arg = su->cost_model_arg;
+    cmo.arg = su->cost_model_arg[0] ? su->cost_model_arg : NULL;
     cmo.force = o->force_profile;
     if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) return 2;
     tclock clock;

@@ -54,7 +54,7 @@ typedef struct serving_setup {
     model_config model;
     const gpu_spec *gpu;
     const cost_model_ops *cost_model;
-    const char *cost_model_arg;   /* ARG of --cost-model NAME:ARG (points into the options) */
+    char cost_model_arg[4096];    /* ARG of --cost-model NAME:ARG, or what auto chose ("" for none) */
     const policy_ops *policy;
     const void *policy_knobs;     /* the policy's part of serving_options.knobs (NULL: none) */
     sched_config sched;
@@ -75,6 +75,11 @@ int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *
 /* Checks every option and resolves model, GPU, KV capacity and policy. Errors name the flag.
  * o must outlive su (su->policy_knobs points into it). */
 int serving_resolve(const serving_options *o, serving_setup *su, terr *e);
+
+/* The cost model `spec` names for su's model, GPU and block size: NAME, NAME:ARG, or auto (the
+ * shipped profile of the model on the GPU when there is one, else the roofline). Sets
+ * su->cost_model and su->cost_model_arg; -1 with e naming --cost-model. */
+int serving_resolve_cost_model(const char *spec, serving_setup *su, terr *e);
 
 /* Replays the trace on the setup's cost model in simulated time (`tandem sim`, sweeps). Returns
  * 0, 2 on bad input (e says FILE:LINE: ...), 1 on output failure. */

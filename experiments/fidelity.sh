@@ -21,7 +21,8 @@
 #   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz (the measured
 #               runs, committed), simulates each workload with both cost models, runs `tandem
 #               compare`, and writes experiments/results/fidelity/table.csv and steps.csv
-#   plot        redraws the figure from the committed table
+#   plot        the figure, docs/figures/fidelity.{png,svg}, from the committed tables
+# `fidelity.sh` alone does report and plot.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 exp_init fidelity
@@ -99,8 +100,36 @@ report() {
     echo "[$EXP] $table, $steps"
 }
 
-case ${1:-report} in
+# plot: figure.dat (one block per model: a row per workload, the errors in percent) from the
+# two tables, then docs/figures/fidelity.{png,svg}.
+plot() {
+    local dat=$RES/figure.dat
+    : > "$dat.tmp"
+    for model in $MODELS; do
+        awk -F, -v model="$model" '
+            FNR == 1 { file++; next }
+            $1 != model { next }
+            file == 1 { k = $2 SUBSEP $3 SUBSEP $4; v[k] = 100 * $7; if (!($2 in seen)) { seen[$2] = 1; order[n++] = $2 } }
+            file == 2 && $4 == "all" { step[$2 SUBSEP $3] = 100 * $6 }
+            END {
+                for (i = 0; i < n; i++) {
+                    w = order[i]; line = w
+                    split("output_throughput mean_ttft_ms median_tpot_ms median_e2el_ms", ms, " ")
+                    for (j = 1; j <= 4; j++) line = line " " v[w, "roofline", ms[j]] " " v[w, "profile", ms[j]]
+                    print line " " step[w, "roofline"] " " step[w, "profile"]
+                }
+                printf "\n\n"
+            }' "$RES/table.csv" "$RES/steps.csv" >> "$dat.tmp"
+    done
+    mv "$dat.tmp" "$dat"
+    gnuplot -e "DAT='$dat'; OUT='$FIG/fidelity'" "$PLOTS/fidelity.gp"
+    echo "[$EXP] $FIG/fidelity.png"
+}
+
+case ${1:-all} in
 gpu) gpu "${2:?gpu MODEL}" ;;
 report) report ;;
-*) echo "usage: $0 gpu MODEL | report" >&2; exit 2 ;;
+plot) plot ;;
+all) report && plot ;;
+*) echo "usage: $0 gpu MODEL | report | plot | all" >&2; exit 2 ;;
 esac

@@ -48,9 +48,13 @@ gen_trace() {
 
 # sweep NAME [SWEEP FLAGS...] < SPEC: writes the spec read from stdin to $RAW/NAME.spec and runs
 # it into $RAW/NAME/. Points already there are not rerun.
+# Every experiment's cost model is named in its spec (the roofline unless the spec says
+# otherwise), so its figures do not move when tandem's default cost model does.
 sweep() {
     local name=$1; shift
-    cat > "$RAW/$name.spec"
+    local spec
+    spec=$(cat)
+    { grep -q '^cost-model *=' <<<"$spec" || echo "cost-model = roofline"; echo "$spec"; } > "$RAW/$name.spec"
     local t0=$SECONDS
     "$BIN" sweep "$RAW/$name.spec" --out "$RAW/$name" -j "$JOBS" "$@"
     echo "[$EXP] sweep $name: $((SECONDS - t0)) s"

@@ -35,6 +35,7 @@ const char *cost_model_arg(const char *spec)
 
 void cost_model_list(FILE *f)
 {
+    fprintf(f, "  %-14s %s\n", "auto", "the shipped profile of --model on --gpu (configs/profiles) if there is one, else roofline");
     for (size_t i = 0; i < ARRAY_LEN(cost_models); i++) {
         char name[64];
         snprintf(name, sizeof name, "%s%s", cost_models[i]->name, cost_models[i]->takes_arg ? ":FILE" : "");

@@ -121,12 +121,37 @@ static void header_line(profile_model *pm, const char *line)
     if (klen == 10 && !strncmp(p, "block_size", 10)) pm->block_size = atoi(v);
 }
 
+static const struct profile_file *shipped(const char *name)
+{
+    for (const struct profile_file *f = shipped_profiles; f->name; f++)
+        if (!strcmp(f->name, name)) return f;
+    return NULL;
+}
+
+const char *profile_shipped_for(const model_config *mc, const gpu_spec *gpu, int32_t block_size)
+{
+    static char spec[256];
+    char name[200];
+    snprintf(name, sizeof name, "%s_%s", mc->name, gpu->name);
+    const struct profile_file *f = shipped(name);
+    if (!f) return NULL;
+    const char *bs = strstr(f->text, "\n# block_size: ");
+    if (!bs || atoi(bs + 15) != block_size) return NULL;
+    snprintf(spec, sizeof spec, "shipped:%s", name);
+    return spec;
+}
+
 /* Reads the points; -1 with e = "FILE:LINE: ..." on a malformed file. */
 static int read_profile(profile_model *pm, const char *path, point **out, int32_t *n, terr *e)
 {
-    size_t len;
-    char *text = read_text_file(path, &len, e);
-    if (!text) return terr_set(e, "--cost-model profile:%s: cannot read the profile", path);
+    char *text;
+    if (!strncmp(path, "shipped:", 8)) {
+        const struct profile_file *f = shipped(path + 8);
+        if (!f) return terr_set(e, "--cost-model profile:%s: no such shipped profile", path);
+        text = xstrdup(f->text);
+    } else if (!(text = read_text_file(path, NULL, e))) {
+        return terr_set(e, "--cost-model profile:%s: cannot read the profile", path);
+    }
     int rc = 0, line_no = 0;
     bool have_header = false;
     size_t cap = 0;

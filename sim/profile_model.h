@@ -16,6 +16,9 @@
  * A step outside the measured ranges (T past the last knot, more keys or pairs than any point
  * had) is extrapolated linearly and counted; the count is in summary.json.
  *
+ * The default, --cost-model auto, is the shipped profile of the run's model and GPU when there
+ * is one (configs/profiles, compiled in), else the roofline.
+ *
  * The file must come from the same model, GPU row and block size as the run, or the model
  * refuses it (naming what differs) unless forced (--force-profile), which summary.json records.
  */
@@ -25,5 +28,17 @@
 #include "sim/costmodel.h"
 
 extern const cost_model_ops profile_cost_model;
+
+/* The profiles shipped in configs/profiles (MODEL_GPU.csv), embedded at build time. */
+struct profile_file {
+    const char *name; /* "llama-2-7b_h200" */
+    const char *text;
+};
+extern const struct profile_file shipped_profiles[]; /* ends with {0, 0} */
+
+/* "shipped:MODEL_GPU" when a shipped profile matches the model, the GPU row and the block size
+ * (what --cost-model auto then uses), else NULL. The argument profile:ARG takes: a file path,
+ * or shipped:NAME. */
+const char *profile_shipped_for(const model_config *mc, const gpu_spec *gpu, int32_t block_size);
 
 #endif
