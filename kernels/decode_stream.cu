@@ -29,6 +29,10 @@
 // The engine runs it at batch 1, where it beats the five fused kernels a layer (at 2 and 4
 // sequences it did not): the device code is written for M rows and built for M = 1.
 //
+// Length: one kernel whose five phases, producer, signal warp and merge share one ring and one
+// set of barriers; split across files they would only trade locality for includes (the ring and
+// the GEMM consumers, which the dev probes also run, are already decode_ring.cuh).
+//
 // A block = 8 consumer warps + 1 producer warp + 1 signal warp, one block per SM, launched
 // cooperatively.
 //

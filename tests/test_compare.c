@@ -54,16 +54,6 @@ static void setup_runs(void)
 
 static void teardown_runs(void) { rm_tree(dir); }
 
-static json_t *load_json(const char *out, const char *name)
-{
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", out, name);
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    ck_assert_msg(j, "%s: %s", path, je.text);
-    return j;
-}
-
 /* compare.json's metrics[key][field] (NAN for null) */
 static double metric(json_t *cmp, const char *key, const char *field)
 {

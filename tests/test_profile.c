@@ -1,7 +1,8 @@
 /*
  * test_profile.c: the simulated-vs-measured loop on the CPU engine, as CI can run it: `tandem
  * profile` measures the engine, `tandem sim --cost-model profile:FILE` predicts from it, `tandem
- * run` measures a trace, and the two agree within a bound a noisy 2-core machine keeps. Also the
+ * run` measures a trace, `tandem compare` holds them together, and they agree within bounds a
+ * noisy 2-core machine keeps. Also the
  * profile file's contract (provenance, malformed files named by FILE:LINE, another model's
  * profile refused unless forced and then flagged) and `run --repeat`.
  */
@@ -19,16 +20,6 @@
 
 static char *dir;
 static char profile[4200], trace[4200];
-
-static json_t *load_json(const char *run_dir, const char *file)
-{
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", run_dir, file);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    ck_assert_msg(j, "%s: %s", path, err.text);
-    return j;
-}
 
 static double num(json_t *o, const char *key)
 {
@@ -105,6 +96,19 @@ START_TEST(simulation_from_the_profile_matches_the_engine)
     }
     json_decref(m);
     json_decref(s);
+
+    /* and tandem compare closes the loop: every step re-predicted from its shape by the profile */
+    char cmp_out[4300];
+    snprintf(cmp_out, sizeof cmp_out, "%s/cmp", dir);
+    r = run_cli("compare", run_out, sim_out, "--out", cmp_out, "--no-figures", "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "compare: %s", r.err);
+    cli_result_free(&r);
+    json_t *c = load_json(cmp_out, "compare.json");
+    json_t *all = json_object_get(json_object_get(json_object_get(c, "steps"), "classes"), "all");
+    ck_assert_msg(all && num(all, "count") > 100, "compare re-predicted too few steps");
+    ck_assert_msg(num(all, "median_abs_rel_error") < 0.35, "steps re-predicted from the profile: median error %.2f",
+                  num(all, "median_abs_rel_error"));
+    json_decref(c);
 }
 END_TEST
 

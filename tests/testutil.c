@@ -10,6 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+json_t *load_json(const char *dir, const char *name)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_msg(j, "%s: %s", path, je.text);
+    return j;
+}
+
 char *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

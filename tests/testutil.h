@@ -9,6 +9,7 @@
 #define TANDEM_TESTUTIL_H
 
 #include <check.h>
+#include <jansson.h>
 #include <stddef.h>
 
 typedef struct cli_result {
@@ -29,6 +30,9 @@ char *make_temp_dir(const char *tag);
 char *write_temp_file(const char *dir, const char *name, const char *text);
 /* Reads a whole file; NULL if it cannot. *len gets the size when len is not NULL. */
 char *slurp(const char *path, size_t *len);
+
+/* Parses DIR/NAME as JSON; fails the test, naming the file, when it cannot. */
+json_t *load_json(const char *dir, const char *name);
 
 /* Runs a Check suite with forking on and returns the number of failures. */
 int run_suite(Suite *s);
