@@ -4,6 +4,13 @@
  * Only Llama-family decoder-only models are accepted (model_type "llama" or an architecture
  * ending in "LlamaForCausalLM"), and every field the engine and the cost model rely on is
  * checked, so a wrong file fails here with its name rather than later with a strange shape.
+ *
+ * Both spellings transformers writes are read: `rope_theta` + `rope_scaling` (up to 4.x) and
+ * `rope_parameters` (5.x: theta, type and scaling in one object); `torch_dtype` or `dtype`; an
+ * explicit `head_dim`; `eos_token_id` as a number or a list. A key that would change the model's
+ * arithmetic and is not understood (a RoPE parameter tandem does not implement, biases on the
+ * attention or MLP projections, two spellings that disagree) is an error naming it, never a
+ * silent default.
  */
 #include "model_config.h"
 
@@ -34,6 +41,46 @@ static int get_num(json_t *root, const char *key, double *out, const char *origi
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v)) return terr_set(e, "%s: \"%s\" must be a number", origin, key);
     *out = json_number_value(v);
+    return 0;
+}
+
+/* A RoPE object (`rope_scaling`, or transformers 5's `rope_parameters`, which also holds
+ * rope_theta): its type and, for llama3, its factors. Every key must be one tandem implements. */
+static int parse_rope(model_config *mc, json_t *rs, const char *what, const char *origin, terr *e)
+{
+    if (!json_is_object(rs)) return terr_set(e, "%s: \"%s\" must be an object", origin, what);
+    static const char *const known[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
+                                        "high_freq_factor", "original_max_position_embeddings"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(rs, key, v) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(key, known[i]);
+        if (!ok) return terr_set(e, "%s: \"%s\".%s is not supported (tandem implements default and llama3 RoPE)",
+                                 origin, what, key);
+    }
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(rs, "type"));
+    if (!type) type = "default";
+    if (strcmp(type, "llama3") && strcmp(type, "default"))
+        return terr_set(e, "%s: %s type \"%s\" is not supported (default, llama3)", origin, what, type);
+    if (strcmp(type, "llama3")) {
+        if (json_object_get(rs, "factor"))
+            return terr_set(e, "%s: \"%s\".factor with RoPE type default is not supported", origin, what);
+        return 0;
+    }
+    mc->rope_scaling = ROPE_SCALING_LLAMA3;
+    mc->rope_factor = 8.0;
+    mc->rope_low_freq_factor = 1.0;
+    mc->rope_high_freq_factor = 4.0;
+    mc->rope_original_max_pos = 8192;
+    if (get_num(rs, "factor", &mc->rope_factor, origin, e) ||
+        get_num(rs, "low_freq_factor", &mc->rope_low_freq_factor, origin, e) ||
+        get_num(rs, "high_freq_factor", &mc->rope_high_freq_factor, origin, e) ||
+        get_int(rs, "original_max_position_embeddings", &mc->rope_original_max_pos, false, 1, origin, e))
+        return -1;
+    if (mc->rope_high_freq_factor <= mc->rope_low_freq_factor)
+        return terr_set(e, "%s: %s high_freq_factor must exceed low_freq_factor", origin, what);
     return 0;
 }
 
@@ -118,32 +165,41 @@ int model_config_parse(model_config *mc, const char *json_text, const char *orig
         goto out;
     }
 
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs)) {
-        const char *type = json_string_value(json_object_get(rs, "rope_type"));
-        if (!type) type = json_string_value(json_object_get(rs, "type"));
-        if (!type || (strcmp(type, "llama3") && strcmp(type, "default"))) {
-            terr_set(e, "%s: rope_scaling type \"%s\" is not supported (llama3)", origin,
-                     type ? type : "(none)");
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++)
+        if (json_is_true(json_object_get(root, biases[i]))) {
+            terr_set(e, "%s: \"%s\": true is not supported (tandem's Llama projections have no bias)", origin,
+                     biases[i]);
             goto out;
         }
-        if (strcmp(type, "llama3") == 0) {
-            mc->rope_scaling = ROPE_SCALING_LLAMA3;
-            mc->rope_factor = 8.0;
-            mc->rope_low_freq_factor = 1.0;
-            mc->rope_high_freq_factor = 4.0;
-            mc->rope_original_max_pos = 8192;
-            if (get_num(rs, "factor", &mc->rope_factor, origin, e) ||
-                get_num(rs, "low_freq_factor", &mc->rope_low_freq_factor, origin, e) ||
-                get_num(rs, "high_freq_factor", &mc->rope_high_freq_factor, origin, e) ||
-                get_int(rs, "original_max_position_embeddings", &mc->rope_original_max_pos, false,
-                        1, origin, e))
-                goto out;
-            if (mc->rope_high_freq_factor <= mc->rope_low_freq_factor) {
-                terr_set(e, "%s: rope_scaling high_freq_factor must exceed low_freq_factor", origin);
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp)) {
+            terr_set(e, "%s: \"rope_parameters\" must be an object", origin);
+            goto out;
+        }
+        double theta = mc->rope_theta;
+        if (get_num(rp, "rope_theta", &mc->rope_theta, origin, e)) goto out;
+        if (json_object_get(root, "rope_theta") && theta != mc->rope_theta) {
+            terr_set(e, "%s: \"rope_theta\" (%g) and \"rope_parameters\".rope_theta (%g) disagree", origin, theta,
+                     mc->rope_theta);
+            goto out;
+        }
+        json_t *rs = json_object_get(root, "rope_scaling");
+        if (rs && !json_is_null(rs)) { /* both spellings: they must say the same */
+            json_t *scaling = json_deep_copy(rp);
+            json_object_del(scaling, "rope_theta");
+            bool same = json_equal(scaling, rs);
+            json_decref(scaling);
+            if (!same) {
+                terr_set(e, "%s: \"rope_scaling\" and \"rope_parameters\" disagree", origin);
                 goto out;
             }
         }
+        if (parse_rope(mc, rp, "rope_parameters", origin, e)) goto out;
+    } else {
+        json_t *rs = json_object_get(root, "rope_scaling");
+        if (rs && !json_is_null(rs) && parse_rope(mc, rs, "rope_scaling", origin, e)) goto out;
     }
     rc = 0;
 out:

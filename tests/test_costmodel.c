@@ -158,6 +158,54 @@ START_TEST(test_bad_json_names_file_and_line)
 }
 END_TEST
 
+/* transformers 5 writes rope_parameters (theta, type and scaling together) and dtype: read as
+ * the older rope_theta + rope_scaling and torch_dtype are, to the same model. */
+#define CFG_HEAD "{\"model_type\": \"llama\", \"hidden_size\": 256, \"intermediate_size\": 512, " \
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 1, " \
+                 "\"vocab_size\": 1000, \"max_position_embeddings\": 8192, "
+START_TEST(test_transformers5_rope_parameters_read_like_rope_scaling)
+{
+    char *dir = make_temp_dir("cfg5");
+    char *old_form = write_temp_file(dir, "old.json", CFG_HEAD "\"torch_dtype\": \"bfloat16\", \"rope_theta\": 500000.0, "
+        "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 16.0, \"low_freq_factor\": 2.0, "
+        "\"high_freq_factor\": 8.0, \"original_max_position_embeddings\": 4096}, \"eos_token_id\": 7}");
+    char *new_form = write_temp_file(dir, "new.json", CFG_HEAD "\"dtype\": \"bfloat16\", \"head_dim\": 64, "
+        "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 16.0, "
+        "\"low_freq_factor\": 2.0, \"high_freq_factor\": 8.0, \"original_max_position_embeddings\": 4096}, "
+        "\"eos_token_id\": [7, 9]}");
+    model_config a = load(old_form), b = load(new_form);
+    ck_assert_msg(a.rope_theta == 500000.0 && b.rope_theta == 500000.0, "theta %g / %g", a.rope_theta, b.rope_theta);
+    ck_assert_msg(a.rope_scaling == ROPE_SCALING_LLAMA3 && b.rope_scaling == ROPE_SCALING_LLAMA3, "scaling not read");
+    ck_assert_msg(a.rope_factor == b.rope_factor && b.rope_factor == 16.0 && a.rope_low_freq_factor == b.rope_low_freq_factor &&
+                      a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max_pos == b.rope_original_max_pos &&
+                      b.rope_original_max_pos == 4096,
+                  "the llama3 factors differ between the two forms");
+    ck_assert_int_eq(b.head_dim, 64);
+    ck_assert_int_eq(b.eos_token_id, 7);
+    ck_assert_int_eq(a.dtype_bytes, b.dtype_bytes);
+    free(old_form);
+    free(new_form);
+    free(dir);
+}
+END_TEST
+
+/* What would change the arithmetic and is not understood is an error that names it. */
+START_TEST(test_unknown_arithmetic_keys_are_errors)
+{
+    expect_config_error(CFG_HEAD "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1e4, \"factor\": 4.0}}",
+                        "type \"yarn\" is not supported", NULL);
+    expect_config_error(CFG_HEAD "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 1e4, "
+                        "\"attention_factor\": 2.0}}", "rope_parameters\".attention_factor", "not supported");
+    expect_config_error(CFG_HEAD "\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", "
+                        "\"rope_theta\": 500000.0}}", "disagree", NULL);
+    expect_config_error(CFG_HEAD "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}, "
+                        "\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 4.0}}", "disagree", NULL);
+    expect_config_error(CFG_HEAD "\"attention_bias\": true}", "\"attention_bias\": true is not supported", NULL);
+    expect_config_error(CFG_HEAD "\"mlp_bias\": true}", "\"mlp_bias\": true is not supported", NULL);
+    expect_config_error(CFG_HEAD "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "\"linear\"", NULL);
+}
+END_TEST
+
 START_TEST(test_missing_field_is_named)
 {
     expect_config_error("{\"model_type\": \"llama\", \"intermediate_size\": 11008,"
@@ -630,6 +678,8 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_sim_executor_reports_cost_model_time);
     tcase_add_test(tc, test_padding_rows_cost_gemm_time);
     tcase_add_test(tc, test_step_work_counts_gemms_attention_and_head);
+    tcase_add_test(tc, test_transformers5_rope_parameters_read_like_rope_scaling);
+    tcase_add_test(tc, test_unknown_arithmetic_keys_are_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
  * prints the same ids every time and dumps positions x vocab logits.
  */
 #include <gsl/gsl_rng.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -635,6 +636,81 @@ START_TEST(cli_generate_is_deterministic_and_dumps_logits)
 }
 END_TEST
 
+/* Runs `tandem generate` on checkpoint `model` and returns its dumped logits (malloc'd). */
+static char *logits_of(const char *model, const char *dump, size_t *len)
+{
+    cli_result r = run_cli("generate", "--model", model, "--backend", "cpu", "--prompt-ids", "3,1,4,1,5,9,2,6",
+                           "--max-tokens", "4", "--ignore-eos", "--dump-logits", dump, NULL);
+    ck_assert_msg(r.exit_code == 0, "generate %s: %s", model, r.err);
+    cli_result_free(&r);
+    char *bytes = slurp(dump, len);
+    ck_assert_msg(bytes && *len > 0, "no logits from %s", model);
+    return bytes;
+}
+
+/* The checkpoint in dir with its config.json rewritten by `edit` (the weights shared). */
+static char *checkpoint_with_config(const char *base, const char *name, void (*edit)(json_t *cfg, void *ud), void *ud)
+{
+    char path[4200], weights[4300], target[4300];
+    snprintf(path, sizeof path, "%s/%s", base, name);
+    ck_assert(mkdir_p(path) == 0);
+    snprintf(target, sizeof target, "%s/orig/model.safetensors", base);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", path);
+    ck_assert_msg(symlink(target, weights) == 0, "symlink %s", weights);
+    snprintf(target, sizeof target, "%s/orig/config.json", base);
+    json_error_t je;
+    json_t *cfg = json_load_file(target, 0, &je);
+    ck_assert_msg(cfg, "%s: %s", target, je.text);
+    edit(cfg, ud);
+    snprintf(target, sizeof target, "%s/config.json", path);
+    ck_assert(json_dump_file(cfg, target, JSON_INDENT(2)) == 0);
+    json_decref(cfg);
+    return strdup(path);
+}
+
+/* transformers 5's spelling: rope_theta and rope_scaling folded into rope_parameters, dtype for
+ * torch_dtype, eos_token_id as a list. `ud` scales the llama3 factor (1: unchanged). */
+static void to_transformers5(json_t *cfg, void *ud)
+{
+    json_t *rp = json_deep_copy(json_object_get(cfg, "rope_scaling"));
+    ck_assert_msg(json_is_object(rp), "the base config has no rope_scaling to fold");
+    json_object_set(rp, "rope_theta", json_object_get(cfg, "rope_theta"));
+    json_object_set_new(rp, "factor", json_real(json_number_value(json_object_get(rp, "factor")) * *(double *)ud));
+    json_object_set_new(cfg, "rope_parameters", rp);
+    json_object_del(cfg, "rope_theta");
+    json_object_del(cfg, "rope_scaling");
+    json_object_set(cfg, "dtype", json_object_get(cfg, "torch_dtype"));
+    json_object_del(cfg, "torch_dtype");
+    json_object_set_new(cfg, "eos_token_id", json_pack("[O, i]", json_object_get(cfg, "eos_token_id"), 99));
+}
+
+/* A checkpoint saved by transformers 5 loads as the same model as the older spelling: equal
+ * logits, bit for bit. And the new spelling is read, not defaulted: another factor in it changes
+ * them. */
+START_TEST(checkpoint_configs_of_transformers_4_and_5_give_equal_logits)
+{
+    char *dir = make_temp_dir("cfg5"), orig[4200], dump[4300];
+    snprintf(orig, sizeof orig, "%s/orig", dir);
+    cli_result r = run_cli("generate", "--model", "synthetic:tiny-llama3", "--weight-seed", "3", "--save-checkpoint",
+                           orig, NULL);
+    ck_assert_msg(r.exit_code == 0, "save: %s", r.err);
+    cli_result_free(&r);
+    double same = 1, other = 2;
+    char *v5 = checkpoint_with_config(dir, "v5", to_transformers5, &same);
+    char *v5b = checkpoint_with_config(dir, "v5-factor", to_transformers5, &other);
+    size_t n4, n5, nb;
+    snprintf(dump, sizeof dump, "%s/l4.bin", dir);
+    char *l4 = logits_of(orig, dump, &n4);
+    snprintf(dump, sizeof dump, "%s/l5.bin", dir);
+    char *l5 = logits_of(v5, dump, &n5);
+    snprintf(dump, sizeof dump, "%s/l5b.bin", dir);
+    char *l5b = logits_of(v5b, dump, &nb);
+    ck_assert_msg(n4 == n5 && !memcmp(l4, l5, n4), "the transformers 5 config gives other logits");
+    ck_assert_msg(n4 != nb || memcmp(l4, l5b, n4), "rope_parameters' factor changed nothing: it was not read");
+    free(l4), free(l5), free(l5b), free(v5), free(v5b), free(dir);
+}
+END_TEST
+
 /* Generation stops after the model's EOS token (printed, and its logits dumped) unless
  * --ignore-eos: tiny-llama2 with eos_token_id set to 103, the golden sequence's sixth token. */
 START_TEST(cli_generate_stops_at_eos)
@@ -715,6 +791,7 @@ int main(void)
     tcase_add_test(tc, sampling_greedy_top_p_and_seed);
     tcase_add_test(tc, cli_generate_is_deterministic_and_dumps_logits);
     tcase_add_test(tc, cli_generate_stops_at_eos);
+    tcase_add_test(tc, checkpoint_configs_of_transformers_4_and_5_give_equal_logits);
     tcase_add_test(tc, cli_generate_rejects_bad_input);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
