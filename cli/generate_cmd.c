@@ -181,9 +181,10 @@ static int generate(const generate_flags *f, terr *e)
     FILE *dump_f = NULL;
     if (dump && !(dump_f = fopen(dump, "wb"))) {
         terr_set(e, "--dump-logits: cannot create %s", dump);
-        exit_code = 2;
+        exit_code = 1;
         goto out;
     }
+    bool dump_failed = false;
     int32_t nb = o.num_blocks, T_max = eng.opts.max_tokens;
     int32_t *seq = xmalloc(sizeof *seq * (size_t)total);
     memcpy(seq, ids, sizeof *seq * (size_t)n_prompt);
@@ -223,6 +224,7 @@ static int generate(const generate_flags *f, terr *e)
             if ((rc = engine_logits(&eng, logits, e))) break;
             if (fwrite(logits, sizeof *logits, (size_t)mc->vocab_size, dump_f) != (size_t)mc->vocab_size) {
                 rc = terr_set(e, "--dump-logits: write to %s failed", dump);
+                dump_failed = true;
                 break;
             }
         }
@@ -235,9 +237,12 @@ static int generate(const generate_flags *f, terr *e)
         }
     }
     double t_end = now_ms();
-    if (dump_f && fclose(dump_f) && !rc) rc = terr_set(e, "--dump-logits: write to %s failed", dump);
+    if (dump_f && fclose(dump_f) && !rc) {
+        rc = terr_set(e, "--dump-logits: write to %s failed", dump);
+        dump_failed = true;
+    }
     if (rc) {
-        exit_code = rc == ENGINE_ERR_DEVICE ? 1 : 2;
+        exit_code = rc == ENGINE_ERR_DEVICE || dump_failed ? 1 : 2; /* an output lost is a runtime failure */
     } else {
         for (int32_t i = 0; i < generated; i++) printf("%s%d", i ? "," : "", seq[n_prompt + i]);
         printf("\n");

@@ -1,7 +1,8 @@
 /*
  * main.c: the `tandem` command: one table of subcommands, some in a group (`tandem trace gen`).
  * Each is a function that parses its own options and returns the process exit code (0 ok,
- * 1 runtime failure, 2 bad input or usage).
+ * 1 runtime failure, 2 bad input or usage). Whatever a command printed must have reached stdout:
+ * a lost write (a full disk, a closed pipe) turns success into exit 1, for every command.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -78,8 +79,14 @@ int main(int argc, char **argv)
     const char *name = group ? argv[2] : argv[1];
     for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
         const command *c = &commands[i];
-        if ((group ? c->group && !strcmp(c->group, group) : !c->group) && !strcmp(c->name, name))
-            return group ? c->main(argc - 2, argv + 2) : c->main(argc - 1, argv + 1);
+        if ((group ? c->group && !strcmp(c->group, group) : !c->group) && !strcmp(c->name, name)) {
+            int code = group ? c->main(argc - 2, argv + 2) : c->main(argc - 1, argv + 1);
+            if ((fflush(stdout) || ferror(stdout)) && code == 0) {
+                fprintf(stderr, "tandem %s: writing to stdout failed\n", name);
+                code = 1;
+            }
+            return code;
+        }
     }
     if (group) fprintf(stderr, "tandem %s: unknown subcommand \"%s\"\n\n", group, name);
     else fprintf(stderr, "tandem: unknown command \"%s\"\n\n", name);

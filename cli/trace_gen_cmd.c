@@ -6,7 +6,8 @@
  * Values are checked here, each error naming its flag, before tracegen_open checks the
  * combination.
  *
- * Exit codes: 0 ok, 1 the output could not be written, 2 bad flags or bad input files.
+ * Exit codes: 0 ok, 1 the output could not be written (it is then absent), 2 bad flags or bad
+ * input files.
  */
 #include <errno.h>
 #include <math.h>
@@ -168,19 +169,32 @@ int trace_gen_main(int argc, char **argv)
         fprintf(stderr, "tandem trace gen: %s\n", e.msg);
         goto done;
     }
+    /* --out FILE is written as FILE.tmp and renamed when complete: a full disk leaves no cut row */
     FILE *out = stdout;
-    if (f.out && !(out = fopen(f.out, "w"))) {
-        fprintf(stderr, "--out: cannot open %s: %s\n", f.out, strerror(errno));
-        goto done;
+    char tmp[4200] = "";
+    if (f.out) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", f.out);
+        if (!(out = fopen(tmp, "w"))) {
+            fprintf(stderr, "--out: cannot create %s: %s\n", tmp, strerror(errno));
+            status = 1;
+            goto done;
+        }
     }
     status = 0;
     if (tracegen_write_csv(g, out, &e)) {
         fprintf(stderr, "%s: %s\n", f.out ? f.out : "stdout", e.msg);
         status = 1;
     }
-    if (out != stdout && fclose(out)) {
-        fprintf(stderr, "%s: cannot write: %s\n", f.out, strerror(errno));
-        status = 1;
+    if (out != stdout) {
+        if (fclose(out) && !status) {
+            fprintf(stderr, "%s: cannot write: %s\n", tmp, strerror(errno));
+            status = 1;
+        }
+        if (!status && rename(tmp, f.out)) {
+            fprintf(stderr, "--out: cannot rename %s to %s: %s\n", tmp, f.out, strerror(errno));
+            status = 1;
+        }
+        if (status) remove(tmp);
     }
 done:
     if (g) tracegen_close(g);

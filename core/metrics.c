@@ -136,7 +136,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             m->req_out = open_csv(opt->out_dir, "requests.csv",
                                   "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,"
                                   "output_tokens,preemptions,ttft_ms,tpot_ms,e2el_ms,queue_ms,state,"
-                                  "reject_reason,priority,client,cached_tokens\n",
+                                  "reject_reason,priority,client,cached_tokens,output_tokens_asked\n",
                                   e);
             if (!m->req_out) goto fail;
         }
@@ -182,6 +182,7 @@ void metrics_request_done(metrics *m, const request *r)
         s->completed++;
         s->total_input_tokens += r->prompt_tokens;
         s->total_output_tokens += r->num_output_tokens;
+        s->num_truncated += r->num_output_tokens < r->max_output_tokens; /* stopped at max_model_len */
         ttft = (double)(r->first_token_ns - r->arrival_ns);
         e2el = (double)(r->finish_ns - r->arrival_ns);
         queue = (double)(r->first_scheduled_ns - r->arrival_ns);
@@ -247,6 +248,8 @@ void metrics_request_done(metrics *m, const request *r)
     ob_i64(o, r->client_id);
     ob_char(o, ',');
     ob_i64(o, r->num_cached_tokens > 0 ? r->num_cached_tokens : 0);
+    ob_char(o, ',');
+    ob_i64(o, r->max_output_tokens);
     ob_char(o, '\n');
 }
 
@@ -389,6 +392,7 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
         json_object_set_new(why, reject_reason_name((reject_reason)r), json_integer(s->rejected_by_reason[r]));
     json_object_set_new(o, "rejected_by_reason", why);
     json_object_set_new(o, "num_bad_rows_skipped", json_integer(s->num_bad_rows));
+    json_object_set_new(o, "num_truncated", json_integer(s->num_truncated));
     json_object_set_new(o, "duration", json_real(s->duration_s));
     json_object_set_new(o, "total_input_tokens", json_integer(s->total_input_tokens));
     json_object_set_new(o, "total_output_tokens", json_integer(s->total_output_tokens));
@@ -504,6 +508,8 @@ void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f)
     fprintf(f, "%-40s %-10lld\n", "Successful requests:", (long long)s->completed);
     fprintf(f, "%-40s %-10lld\n", "Rejected requests:", (long long)s->num_rejected);
     if (s->num_bad_rows) fprintf(f, "%-40s %-10lld\n", "Bad trace rows skipped:", (long long)s->num_bad_rows);
+    if (s->num_truncated)
+        fprintf(f, "%-40s %-10lld\n", "Outputs cut at max_model_len:", (long long)s->num_truncated);
     fprintf(f, "%-40s %-10.2f\n", "Benchmark duration (s):", s->duration_s);
     fprintf(f, "%-40s %-10lld\n", "Total input tokens:", (long long)s->total_input_tokens);
     fprintf(f, "%-40s %-10lld\n", "Total generated tokens:", (long long)s->total_output_tokens);

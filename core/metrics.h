@@ -69,6 +69,8 @@ typedef struct metrics_summary {
     int64_t num_rejected;
     int64_t rejected_by_reason[REJECT_NUM_REASONS];
     int64_t num_bad_rows;      /* trace rows skipped with --skip-bad-rows */
+    int64_t num_truncated;     /* completed requests whose output stopped at max_model_len, short
+                                  of what they asked (requests.csv: output_tokens_asked) */
     double duration_s;
     int64_t total_input_tokens;  /* of completed requests */
     int64_t total_output_tokens;

@@ -6,6 +6,8 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #include "testutil.h"
 
@@ -101,6 +103,66 @@ START_TEST(every_command_refuses_abbreviated_flags)
                       cases[i].msg, r.err);
         cli_result_free(&r);
     }
+}
+END_TEST
+
+/* Exit status of `tandem ARGS` with stdout sent to /dev/full (a disk with no room). */
+static int exit_with_full_stdout(const char *args)
+{
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s > /dev/full 2>/dev/null", bin, args);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* An output that could not be written is a runtime failure (exit 1), stdout included, and a
+ * file output is complete or absent. */
+START_TEST(lost_output_is_exit_1_and_leaves_nothing_half_written)
+{
+    const char *cases[] = {
+        "sim --trace " CONV " --max-requests 30",
+        "trace gen --num-requests 100",
+        "generate --model synthetic:tiny-llama2 --backend cpu --prompt-ids 1,2 --max-tokens 2",
+        "trace stats " CONV,
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(exit_with_full_stdout(cases[i]) == 1, "tandem %s > /dev/full: exit %d, want 1", cases[i],
+                      exit_with_full_stdout(cases[i]));
+    cli_result r = run_cli("generate", "--model", "synthetic:tiny-llama2", "--backend", "cpu", "--prompt-ids", "1,2",
+                           "--max-tokens", "2", "--dump-logits", "/dev/full", NULL);
+    ck_assert_msg(r.exit_code == 1 && strstr(r.err, "--dump-logits"), "dump to a full disk: exit %d: %s", r.exit_code,
+                  r.err);
+    cli_result_free(&r);
+    char *dir = make_temp_dir("lost"), out[4300], tmp[4400];
+    snprintf(out, sizeof out, "%s/missing/t.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    r = run_cli("trace", "gen", "--num-requests", "10", "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 1, "trace gen into a missing directory: exit %d: %s", r.exit_code, r.err);
+    ck_assert_msg(access(out, F_OK) && access(tmp, F_OK), "trace gen left a file behind");
+    cli_result_free(&r);
+    free(dir);
+}
+END_TEST
+
+/* A request whose output is cut at max_model_len says what it asked, and is counted. */
+START_TEST(outputs_cut_at_max_model_len_are_recorded_and_counted)
+{
+    char *dir = make_temp_dir("cut");
+    char *trace = write_temp_file(dir, "t.csv", "arrival_s,prompt_tokens,output_tokens\n0,100,50\n0,10,20\n");
+    char out[4300], path[4400];
+    snprintf(out, sizeof out, "%s/o", dir);
+    cli_result r = run_cli("sim", "--trace", trace, "--max-model-len", "120", "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    char *js = slurp(path, NULL);
+    ck_assert_msg(js && strstr(js, "\"num_truncated\": 1"), "summary.json does not count the cut request:\n%.400s", js);
+    snprintf(path, sizeof path, "%s/requests.csv", out);
+    char *csv = slurp(path, NULL);
+    ck_assert_msg(csv && strstr(csv, ",output_tokens_asked\n"), "requests.csv has no output_tokens_asked column");
+    ck_assert_msg(strstr(csv, ",100,20,") && strstr(csv, ",50\n"), "the cut request does not show 20 of 50:\n%s", csv);
+    free(js), free(csv), free(trace), free(dir);
 }
 END_TEST
 
@@ -284,6 +346,8 @@ int main(void)
     tcase_add_test(tc, help_lists_every_option_with_default);
     tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
     tcase_add_test(tc, every_command_refuses_abbreviated_flags);
+    tcase_add_test(tc, lost_output_is_exit_1_and_leaves_nothing_half_written);
+    tcase_add_test(tc, outputs_cut_at_max_model_len_are_recorded_and_counted);
     tcase_add_test(tc, bad_trace_row_is_file_line_error_or_skipped_and_counted);
     tcase_add_test(tc, same_seed_gives_byte_identical_outputs);
     tcase_add_test(tc, every_request_ends_exactly_once);

@@ -135,9 +135,9 @@ START_TEST(summary_matches_hand_computation)
     snprintf(path, sizeof path, "%s/requests.csv", dir);
     char *csv = slurp(path, NULL);
     ck_assert_ptr_nonnull(csv);
-    ck_assert_msg(strstr(csv, "\n1,0.000000,0.000000,0.003000,0.003000,4,1,0,3.000,,3.000,0.000,finished,,0,0,0\n"),
+    ck_assert_msg(strstr(csv, "\n1,0.000000,0.000000,0.003000,0.003000,4,1,0,3.000,,3.000,0.000,finished,,0,0,0,1\n"),
                   "row of B not found in:\n%s", csv);
-    ck_assert_msg(strstr(csv, "\n0,0.000000,0.000000,0.003000,0.005500,4,3,0,3.000,1.250,5.500,0.000,finished,,0,0,0\n"),
+    ck_assert_msg(strstr(csv, "\n0,0.000000,0.000000,0.003000,0.005500,4,3,0,3.000,1.250,5.500,0.000,finished,,0,0,0,3\n"),
                   "row of A not found in:\n%s", csv);
     free(csv);
     snprintf(path, sizeof path, "%s/steps.csv", dir);
