@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <gsl/gsl_rng.h>
 
@@ -301,8 +302,17 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
     trace_reader *tr;
     if (trace_open(&tr, o->trace, &to, e)) return 2;
+    /* The run's folder is written as OUT.tmp-PID and put in place of OUT when complete: a run
+     * that fails or is killed leaves OUT as it was, and two runs into one OUT never splice. */
+    char final_dir[4096] = "", tmp_dir[4200] = "";
+    if (o->out) {
+        snprintf(final_dir, sizeof final_dir, "%s", o->out);
+        for (size_t n = strlen(final_dir); n > 1 && final_dir[n - 1] == '/';) final_dir[--n] = 0;
+        snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp-%d", final_dir, (int)getpid());
+        remove_tree(tmp_dir);
+    }
     metrics_options mo = {
-        .out_dir = o->out,
+        .out_dir = o->out ? tmp_dir : NULL,
         .goodput_ttft_ms = su->goodput_ttft_ms,
         .goodput_tpot_ms = su->goodput_tpot_ms,
         .goodput_e2el_ms = su->goodput_e2el_ms,
@@ -315,6 +325,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     metrics *m;
     if (metrics_open(&m, &mo, e)) {
         trace_close(tr);
+        if (o->out) remove_tree(tmp_dir);
         return 1;
     }
     serve_config sc = {
@@ -347,5 +358,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     }
     metrics_free(m);
     trace_close(tr);
+    if (o->out && !code && publish_dir(tmp_dir, final_dir, e)) code = 1;
+    if (o->out && code) remove_tree(tmp_dir);
     return code;
 }

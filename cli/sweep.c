@@ -161,19 +161,6 @@ static int write_text(const char *path, const char *text)
     return fclose(f);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st, (void)type, (void)ftw;
-    return remove(path);
-}
-
-/* rm -rf, without a shell. */
-static int remove_tree(const char *path)
-{
-    if (access(path, F_OK)) return 0;
-    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Runs point `index` into a temporary directory and renames it into place. Returns 0 when the
  * point is complete (run, or failed with its error recorded), -1 if it could not be written. */
 static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index, int rank, int size)

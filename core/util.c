@@ -2,12 +2,15 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int terr_unknown(terr *e, const char *flag, const char *what, const char *name, void (*list)(FILE *f))
 {
@@ -139,5 +142,37 @@ int mkdir_p(const char *path)
         *p = '/';
     }
     if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)type, (void)ftw;
+    return remove(path);
+}
+
+int remove_tree(const char *path)
+{
+    if (access(path, F_OK)) return 0;
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int publish_dir(const char *tmp, const char *dir, terr *e)
+{
+    char old[4200];
+    snprintf(old, sizeof old, "%s.old-%d", dir, (int)getpid());
+    bool had = access(dir, F_OK) == 0;
+    if (had && rename(dir, old)) {
+        terr_set(e, "%s: cannot replace it: %s", dir, strerror(errno));
+        remove_tree(tmp);
+        return -1;
+    }
+    if (rename(tmp, dir)) {
+        terr_set(e, "%s: cannot move the new outputs into place: %s", dir, strerror(errno));
+        if (had) rename(old, dir);
+        remove_tree(tmp);
+        return -1;
+    }
+    if (had) remove_tree(old);
     return 0;
 }

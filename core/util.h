@@ -60,5 +60,11 @@ char *read_text_file(const char *path, size_t *len, terr *e);
 
 /* Creates a directory and its parents (like mkdir -p); 0 or -1 with errno set. */
 int mkdir_p(const char *path);
+/* Removes path and everything under it (rm -rf, no shell); 0 if it is gone. */
+int remove_tree(const char *path);
+/* Puts the complete directory tmp in place of dir (which may exist: it is replaced, and only
+ * once tmp is in place is the old one removed). Returns 0, or -1 with e set; on failure dir is
+ * as it was and tmp is removed. */
+int publish_dir(const char *tmp, const char *dir, terr *e);
 
 #endif

@@ -145,6 +145,40 @@ START_TEST(lost_output_is_exit_1_and_leaves_nothing_half_written)
 }
 END_TEST
 
+/* A run into an --out that holds an earlier run either replaces it whole or, when it fails,
+ * leaves it as it was: never the old summary.json beside new, cut CSVs. */
+START_TEST(a_failed_run_leaves_the_earlier_outputs_whole)
+{
+    char *dir = make_temp_dir("reuse");
+    char *good = write_temp_file(dir, "good.csv", "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,20,5\n0.2,30,5\n");
+    char *bad = write_temp_file(dir, "bad.csv", "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,-5,3\n");
+    char out[4300], path[4400];
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("sim", "--trace", good, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(path, sizeof path, "%s/requests.csv", out);
+    char *before = slurp(path, NULL);
+    r = run_cli("sim", "--trace", bad, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 2, "a bad trace: exit %d", r.exit_code);
+    cli_result_free(&r);
+    char *after = slurp(path, NULL);
+    ck_assert_msg(before && after && !strcmp(before, after), "the failed run changed the earlier requests.csv");
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    ck_assert_msg(access(path, F_OK) == 0, "the earlier summary.json is gone");
+    char cmd[4500];
+    snprintf(cmd, sizeof cmd, "ls -d %s/out.* 2>/dev/null | grep -q .", dir);
+    ck_assert_msg(system(cmd) != 0, "a temporary folder was left beside --out");
+    /* and a run that succeeds replaces the whole folder */
+    r = run_cli("sim", "--trace", good, "--max-requests", "1", "--out", out, "--quiet", "--no-steps", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(path, sizeof path, "%s/steps.csv", out);
+    ck_assert_msg(access(path, F_OK) != 0, "steps.csv of the earlier run was left beside the new run's files");
+    free(before), free(after), free(good), free(bad), free(dir);
+}
+END_TEST
+
 /* A request whose output is cut at max_model_len says what it asked, and is counted. */
 START_TEST(outputs_cut_at_max_model_len_are_recorded_and_counted)
 {
@@ -348,6 +382,7 @@ int main(void)
     tcase_add_test(tc, every_command_refuses_abbreviated_flags);
     tcase_add_test(tc, lost_output_is_exit_1_and_leaves_nothing_half_written);
     tcase_add_test(tc, outputs_cut_at_max_model_len_are_recorded_and_counted);
+    tcase_add_test(tc, a_failed_run_leaves_the_earlier_outputs_whole);
     tcase_add_test(tc, bad_trace_row_is_file_line_error_or_skipped_and_counted);
     tcase_add_test(tc, same_seed_gives_byte_identical_outputs);
     tcase_add_test(tc, every_request_ends_exactly_once);
