@@ -4,7 +4,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <gsl/gsl_rng.h>
@@ -303,12 +306,28 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     trace_reader *tr;
     if (trace_open(&tr, o->trace, &to, e)) return 2;
     /* The run's folder is written as OUT.tmp-PID and put in place of OUT when complete: a run
-     * that fails or is killed leaves OUT as it was, and two runs into one OUT never splice. */
-    char final_dir[4096] = "", tmp_dir[4200] = "";
+     * that fails or is killed leaves OUT as it was. A second run into an OUT that one is writing
+     * is refused: OUT.lock is held (flock, so a killed run holds nothing) until the end. */
+    char final_dir[4096] = "", tmp_dir[4200] = "", lock_path[4200] = "";
+    int lock_fd = -1;
     if (o->out) {
         snprintf(final_dir, sizeof final_dir, "%s", o->out);
         for (size_t n = strlen(final_dir); n > 1 && final_dir[n - 1] == '/';) final_dir[--n] = 0;
         snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp-%d", final_dir, (int)getpid());
+        snprintf(lock_path, sizeof lock_path, "%s.lock", final_dir);
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", final_dir);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) *slash = 0, mkdir_p(parent);
+        if ((lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0644)) < 0) {
+            trace_close(tr);
+            return terr_set(e, "--out %s: cannot create %s: %s", o->out, lock_path, strerror(errno)), 1;
+        }
+        if (flock(lock_fd, LOCK_EX | LOCK_NB)) {
+            close(lock_fd);
+            trace_close(tr);
+            return terr_set(e, "--out %s: another run is writing it (it holds %s)", o->out, lock_path), 1;
+        }
         remove_tree(tmp_dir);
     }
     metrics_options mo = {
@@ -325,7 +344,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     metrics *m;
     if (metrics_open(&m, &mo, e)) {
         trace_close(tr);
-        if (o->out) remove_tree(tmp_dir);
+        if (o->out) remove_tree(tmp_dir), unlink(lock_path), close(lock_fd);
         return 1;
     }
     serve_config sc = {
@@ -360,5 +379,6 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     trace_close(tr);
     if (o->out && !code && publish_dir(tmp_dir, final_dir, e)) code = 1;
     if (o->out && code) remove_tree(tmp_dir);
+    if (o->out) unlink(lock_path), close(lock_fd);
     return code;
 }

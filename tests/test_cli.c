@@ -4,9 +4,11 @@
  * Azure chat trace (every request ends finished or rejected, exactly once).
  */
 #include <check.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 
 #include "testutil.h"
@@ -175,6 +177,18 @@ START_TEST(a_failed_run_leaves_the_earlier_outputs_whole)
     cli_result_free(&r);
     snprintf(path, sizeof path, "%s/steps.csv", out);
     ck_assert_msg(access(path, F_OK) != 0, "steps.csv of the earlier run was left beside the new run's files");
+    /* while another run writes --out (it holds OUT.lock), a second is refused */
+    snprintf(path, sizeof path, "%s.lock", out);
+    int fd = open(path, O_CREAT | O_RDWR, 0644);
+    ck_assert(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    r = run_cli("sim", "--trace", good, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 1 && strstr(r.err, "another run is writing it"), "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    close(fd);
+    r = run_cli("sim", "--trace", good, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "after the lock is released: %s", r.err);
+    ck_assert_msg(access(path, F_OK) != 0, "the run left its lock file behind");
+    cli_result_free(&r);
     free(before), free(after), free(good), free(bad), free(dir);
 }
 END_TEST
