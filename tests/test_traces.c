@@ -293,6 +293,9 @@ START_TEST(test_bad_rows_name_file_and_line)
                      NULL, 2, "not an integer");
     expect_error(d, "vidur_neg.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,-3\n", 2,
                  "num_decode_tokens is negative");
+    /* stamps 300 years apart: the difference would overflow int64 ns */
+    expect_error(d, "azure_far.csv", AZURE_HDR "1900-01-01 00:00:00,1,1\r\n2200-12-31 23:59:59,1,1\r\n", 3,
+                 "more than 1000000000 s after the first row");
     expect_error(d, "azure_feb29.csv", AZURE_HDR "2023-02-29 00:00:00.0000000,1,1\r\n", 2,
                  "TIMESTAMP \"2023-02-29 00:00:00.0000000\"");
     expect_error(d, "azure_mixed.csv", AZURE_HDR "2023-02-28 00:00:00,1,1\r\n2023-02-28 00:00:01,1,1\n"

@@ -246,6 +246,10 @@ static int place_in_time(trace_reader *t, int64_t raw_ns, arrival *out, terr *e)
                          (double)(raw_ns - t->origin_ns) / 1e9, (long long)t->last_line,
                          (double)(t->last_ns - t->origin_ns) / 1e9);
     int64_t origin = t->have_origin ? t->origin_ns : raw_ns;
+    /* Absolute stamps (Azure's) far apart would overflow the difference: bound it first, as
+     * offsets stated in seconds are bounded where they are parsed. */
+    if ((double)raw_ns - (double)origin > TRACE_MAX_ARRIVAL_S * 1e9)
+        return row_error(t, e, "arrival time is more than %.0f s after the first row's", TRACE_MAX_ARRIVAL_S);
     int64_t offset = raw_ns - origin;
     if (t->opt.time_scale != 1.0) {
         double scaled = (double)offset * t->opt.time_scale;
