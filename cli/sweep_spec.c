@@ -2,6 +2,7 @@
 #include "cli/sweep.h"
 
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,9 @@ static const char *const reserved[] = {"out", "quiet"};
 
 /* Hard cap on points: a typo like 0..1000000 should be an error, not a month of work. */
 #define SWEEP_MAX_POINTS 10000000
+/* Values one option may take, all its ranges together: checked before a range is expanded, so
+ * a spec cannot allocate its way to the points cap. */
+#define SWEEP_MAX_VALUES 100000
 
 static char *trim(char *s)
 {
@@ -48,12 +52,17 @@ static int expand_range(sweep_param *p, const char *v, const char *origin, int l
     int64_t lo, hi, step;
     if (parse_i64(trim(lo_s), &lo) || parse_i64(trim(hi_s), &hi) || parse_i64(trim(step_s), &step))
         return 0; /* not an integer range: maybe a path with ".." in it */
-    if (step <= 0 || hi < lo || (hi - lo) / step >= SWEEP_MAX_POINTS)
-        return terr_set(e, "%s:%d: range \"%s\" must have lo <= hi and a step > 0 (and not be huge)",
-                        origin, line, v);
-    for (int64_t x = lo; x <= hi; x += step) {
+    if (step <= 0 || hi < lo)
+        return terr_set(e, "%s:%d: range \"%s\" must have lo <= hi and a step > 0", origin, line, v);
+    /* counted in unsigned arithmetic: INT64_MIN..INT64_MAX must not overflow */
+    uint64_t steps = ((uint64_t)hi - (uint64_t)lo) / (uint64_t)step; /* values - 1 */
+    if (steps >= SWEEP_MAX_VALUES || (uint64_t)p->num_values + steps + 1 > SWEEP_MAX_VALUES)
+        return terr_set(e, "%s:%d: range \"%s\" gives %.4g values; an option takes at most %d", origin, line, v,
+                        (double)steps + 1, SWEEP_MAX_VALUES);
+    uint64_t count = steps + 1;
+    for (uint64_t i = 0; i < count; i++) {
         char buf[32];
-        snprintf(buf, sizeof buf, "%lld", (long long)x);
+        snprintf(buf, sizeof buf, "%lld", (long long)((uint64_t)lo + i * (uint64_t)step));
         add_value(p, buf);
     }
     return 1;

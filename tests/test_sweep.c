@@ -71,6 +71,10 @@ START_TEST(bad_specs_name_file_and_line)
         {"trace = x\nout = here\n", "spec:2: \"out\" is set by the sweep"},
         {"trace = x\ngoodput = \"ttft:5\n", "spec:2: unterminated quote"},
         {"trace = x\nseed = 5..1\n", "spec:2: range \"5..1\""},
+        /* huge ranges are refused before anything is allocated, overflow included */
+        {"trace = x\nseed = 0..9223372036854775807:3\n", "spec:2: range"},
+        {"trace = x\nseed = -9223372036854775808..9223372036854775807\n", "gives 1.845e+19 values"},
+        {"trace = x\nseed = 0..60000, 0..60000\n", "an option takes at most 100000"},
         {"seed = 1\n", "spec: no `trace = FILE` line"},
         {"# only a comment\n\n", "spec: no options"},
         {"trace = x\r\n", "spec:1: CRLF"},
