@@ -20,6 +20,10 @@
 #include "sim/sim_executor.h"
 #include "traces/trace.h"
 
+/* KV blocks (GPU or host swap) a run may have: 16 Mi blocks of 16 tokens is 268 M tokens,
+ * beyond any GPU; the block manager's arrays for more would be gigabytes of nothing. */
+#define SERVING_MAX_BLOCKS (1 << 24)
+
 #define O(f) offsetof(serving_options, f)
 
 static const opt_spec serving_own_specs[] = {
@@ -183,13 +187,14 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
         return terr_unknown(e, "scheduling-policy", "policy", o->scheduling_policy, policy_list);
     if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
         check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e) ||
-        check_range("num-gpu-blocks-override", o->num_gpu_blocks_override, 0, INT32_MAX, e) ||
+        check_range("num-gpu-blocks-override", o->num_gpu_blocks_override, 0, SERVING_MAX_BLOCKS, e) ||
         check_range("long-prefill-token-threshold", o->long_prefill_token_threshold, 0, 1 << 24, e) ||
         policy_knobs_check(&o->knobs, e) ||
         check_range("max-steps", o->max_steps, 0, INT64_MAX, e) ||
         check_range("seed", o->seed, 0, INT64_MAX, e))
         return -1;
-    if (o->swap_space < 0) return terr_set(e, "--swap-space: %g must be >= 0", o->swap_space);
+    if (!(o->swap_space >= 0 && o->swap_space <= 1 << 20))
+        return terr_set(e, "--swap-space: %g GiB is not in [0, %d]", o->swap_space, 1 << 20);
     su->policy_knobs = policy_knobs_of(su->policy, &o->knobs);
 
     sched_config *c = &su->sched;
@@ -221,7 +226,10 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     if (o->num_gpu_blocks_override) su->kv.num_blocks = o->num_gpu_blocks_override;
     if (su->kv.num_blocks > INT32_MAX) su->kv.num_blocks = INT32_MAX;
     double swap_blocks = o->swap_space * 1073741824.0 / (double)su->kv.bytes_per_block;
-    su->num_host_blocks = c->preemption_mode == PREEMPT_SWAP ? (int32_t)(swap_blocks < INT32_MAX ? swap_blocks : INT32_MAX) : 0;
+    if (c->preemption_mode == PREEMPT_SWAP && swap_blocks > SERVING_MAX_BLOCKS)
+        return terr_set(e, "--swap-space: %g GiB is %.0f host blocks of %lld bytes; at most %d", o->swap_space, swap_blocks,
+                        (long long)su->kv.bytes_per_block, SERVING_MAX_BLOCKS);
+    su->num_host_blocks = c->preemption_mode == PREEMPT_SWAP ? (int32_t)swap_blocks : 0;
     if (o->goodput && parse_goodput(o->goodput, su, e)) return -1;
     if (check_range("num-clients", o->num_clients, 0, 1 << 24, e)) return -1;
     if (o->priority_classes) {

@@ -62,6 +62,9 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
         {{"--chunk-size", "0"}, "--chunk-size: 0 is out of range"},
         {{"--orca-reserve", "some"}, "--orca-reserve: \"some\" is not max or exact"},
         {{"--length-predictor-error", "-1"}, "--length-predictor-error: -1 must be >= 0"},
+        /* sizes that would allocate gigabytes of block tables are flag errors, not aborts */
+        {{"--num-gpu-blocks-override", "2147483647"}, "--num-gpu-blocks-override: 2147483647 is out of range"},
+        {{"--preemption-mode", "swap", "--swap-space", "1e300"}, "--swap-space: 1e+300 GiB is not in"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[12] = {"tandem", "sim", "--trace", CONV};
