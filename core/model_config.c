@@ -19,6 +19,23 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Largest value an integer field may take, where a model of that size is still something a GPU
+ * could hold: beyond it a typo, and arithmetic on it could overflow. */
+static int32_t int_max_of(const char *key)
+{
+    static const struct {
+        const char *key;
+        int32_t max;
+    } caps[] = {
+        {"hidden_size", 1 << 17},       {"intermediate_size", 1 << 20}, {"num_hidden_layers", 1 << 12},
+        {"num_attention_heads", 1 << 12}, {"num_key_value_heads", 1 << 12}, {"head_dim", 1 << 12},
+        {"vocab_size", 1 << 24},        {"max_position_embeddings", 1 << 24},
+    };
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        if (!strcmp(caps[i].key, key)) return caps[i].max;
+    return INT32_MAX;
+}
+
 static int get_int(json_t *root, const char *key, int32_t *out, bool required, int32_t min,
                    const char *origin, terr *e)
 {
@@ -29,8 +46,9 @@ static int get_int(json_t *root, const char *key, int32_t *out, bool required, i
     }
     if (!json_is_integer(v)) return terr_set(e, "%s: \"%s\" must be an integer", origin, key);
     json_int_t x = json_integer_value(v);
-    if (x < min || x > INT32_MAX)
-        return terr_set(e, "%s: \"%s\" = %lld is out of range", origin, key, (long long)x);
+    if (x < min || x > int_max_of(key))
+        return terr_set(e, "%s: \"%s\" = %lld is out of range [%d, %d]", origin, key, (long long)x, min,
+                        int_max_of(key));
     *out = (int32_t)x;
     return 0;
 }
@@ -146,6 +164,10 @@ int model_config_parse(model_config *mc, const char *json_text, const char *orig
     if (get_num(root, "rms_norm_eps", &mc->rms_norm_eps, origin, e) ||
         get_num(root, "rope_theta", &mc->rope_theta, origin, e))
         goto out;
+    if (!(mc->rms_norm_eps > 0 && mc->rms_norm_eps < 1)) {
+        terr_set(e, "%s: \"rms_norm_eps\" = %g must be in (0, 1)", origin, mc->rms_norm_eps);
+        goto out;
+    }
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     mc->tie_word_embeddings = tie && json_is_true(tie);
     mc->bos_token_id = 1;
@@ -154,6 +176,11 @@ int model_config_parse(model_config *mc, const char *json_text, const char *orig
     if (eos && json_is_array(eos)) eos = json_array_get(eos, 0);
     if (eos && json_is_integer(eos)) mc->eos_token_id = (int32_t)json_integer_value(eos);
     if (get_int(root, "bos_token_id", &mc->bos_token_id, false, 0, origin, e)) goto out;
+    if (mc->eos_token_id < 0 || mc->eos_token_id >= mc->vocab_size || mc->bos_token_id >= mc->vocab_size) {
+        terr_set(e, "%s: eos_token_id %d / bos_token_id %d must be ids below vocab_size %d", origin, mc->eos_token_id,
+                 mc->bos_token_id, mc->vocab_size);
+        goto out;
+    }
 
     const char *dtype = json_string_value(json_object_get(root, "torch_dtype"));
     if (!dtype) dtype = json_string_value(json_object_get(root, "dtype"));
@@ -200,6 +227,15 @@ int model_config_parse(model_config *mc, const char *json_text, const char *orig
     } else {
         json_t *rs = json_object_get(root, "rope_scaling");
         if (rs && !json_is_null(rs) && parse_rope(mc, rs, "rope_scaling", origin, e)) goto out;
+    }
+    if (!(mc->rope_theta > 1 && mc->rope_theta < 1e12)) {
+        terr_set(e, "%s: rope_theta %g must be in (1, 1e12)", origin, mc->rope_theta);
+        goto out;
+    }
+    if (mc->rope_scaling == ROPE_SCALING_LLAMA3 &&
+        !(mc->rope_factor > 0 && mc->rope_low_freq_factor > 0 && mc->rope_high_freq_factor > 0)) {
+        terr_set(e, "%s: the llama3 RoPE factors must be > 0", origin);
+        goto out;
     }
     rc = 0;
 out:

@@ -206,6 +206,21 @@ START_TEST(test_unknown_arithmetic_keys_are_errors)
 }
 END_TEST
 
+/* Numbers no model has are errors at load, not NaN logits or negative byte counts later. */
+START_TEST(test_absurd_model_numbers_are_errors)
+{
+    expect_config_error("{\"model_type\": \"llama\", \"hidden_size\": 1073741824, \"intermediate_size\": 512, "
+                        "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 1000, "
+                        "\"max_position_embeddings\": 8192}",
+                        "\"hidden_size\" = 1073741824 is out of range", NULL);
+    expect_config_error(CFG_HEAD "\"rms_norm_eps\": 0}", "rms_norm_eps", "(0, 1)");
+    expect_config_error(CFG_HEAD "\"rope_theta\": -5}", "rope_theta -5", NULL);
+    expect_config_error(CFG_HEAD "\"eos_token_id\": 1000}", "below vocab_size 1000", NULL);
+    expect_config_error(CFG_HEAD "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 0, \"low_freq_factor\": 1, "
+                        "\"high_freq_factor\": 4}}", "factors must be > 0", NULL);
+}
+END_TEST
+
 START_TEST(test_missing_field_is_named)
 {
     expect_config_error("{\"model_type\": \"llama\", \"intermediate_size\": 11008,"
@@ -680,6 +695,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_step_work_counts_gemms_attention_and_head);
     tcase_add_test(tc, test_transformers5_rope_parameters_read_like_rope_scaling);
     tcase_add_test(tc, test_unknown_arithmetic_keys_are_errors);
+    tcase_add_test(tc, test_absurd_model_numbers_are_errors);
     suite_add_tcase(s, tc);
     return s;
 }
