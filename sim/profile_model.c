@@ -46,6 +46,8 @@ typedef struct profile_model {
     char path[1024];
     char model[128], gpu[64], device[256], tandem[64];
     int32_t block_size;
+    double swap_ms_per_block; /* the engine cannot swap, so the profile cannot measure it: the
+                                 GPU row's host link carries all layers' K and V of a block */
     bool forced;
     char mismatch[512];       /* what differs, when forced */
     int32_t num_knots;
@@ -57,7 +59,11 @@ typedef struct profile_model {
     int64_t steps, extrapolated;
 } profile_model;
 
-static double tokens_of(const step_shape *s) { return (double)(s->prefill_tokens + s->decode_tokens); }
+/* Rows the GEMMs compute: padding rows (static batching) go through them like tokens. */
+static double tokens_of(const step_shape *s)
+{
+    return (double)(s->prefill_tokens + s->decode_tokens + s->padding_tokens);
+}
 
 /* The row of the design matrix for s: G's hat functions (linear extrapolation past the end
  * knots), then the linear terms. *outside says whether T lies outside the knots. */
@@ -299,6 +305,8 @@ static void *profile_create(const model_config *mc, const gpu_spec *gpu, const c
         goto fail;
     }
     pm->forced = pm->mismatch[0] != 0;
+    pm->swap_ms_per_block = (double)model_kv_bytes_per_token(mc, o.kv_dtype_bytes) * o.block_size /
+                            gpu->host_link_bytes_s * 1e3;
     place_knots(pm, pts, n);
     gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
     int rc = fit(pm, pts, n, e);
@@ -328,9 +336,10 @@ fail:
 static int64_t profile_step_ns(void *self, const step_shape *s)
 {
     profile_model *pm = self;
-    if (s->num_items == 0) return 0;
-    bool outside;
-    double ms = predict_ms(pm, s, &outside);
+    if (s->num_items == 0 && s->swap_blocks == 0) return 0;
+    bool outside = false;
+    double ms = s->num_items ? predict_ms(pm, s, &outside) : 0;
+    ms += s->swap_blocks * pm->swap_ms_per_block;
     outside |= (double)s->decode_keys > pm->max_decode_keys || (double)s->prefill_pairs2 > pm->max_prefill_pairs2 ||
                (double)s->prefill_keys > pm->max_prefill_keys;
     pm->steps++;

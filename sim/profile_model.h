@@ -3,13 +3,18 @@
  * measurements (`tandem profile`, cli/profile_cmd.c), chosen with --cost-model profile:FILE.
  *
  * A step's time is modelled as
- *   t = G(T) + a_dk decode_keys + a_ds decode_seqs + a_pp prefill_pairs2 + a_pk prefill_keys
- *       + a_e emitting + a_d [decode only] + a_m [prefill and decode together]
- * where T = prefill + decode tokens and G is piecewise linear in T with a knot at every token
+ *   t = G(T) + a_dk decode_keys + a_ds decode_seqs + a_dg decode_grid + a_pp prefill_pairs2
+ *       + a_pk prefill_keys + a_e emitting + a_d [decode only] + a_m [prefill and decode together]
+ *       + swap_blocks x (a block's K and V over the GPU row's host link)
+ * where T = prefill + decode tokens (+ padding rows, which go through every GEMM), decode_grid
+ * is the decode attention grid the engine launches (every decode given the power-of-two bucket
+ * of the longest context), and G is piecewise linear in T with a knot at every token
  * count the profile measured (so the engine's changes of kernel path, e.g. the weight-streaming
  * GEMM up to 8 rows, are where they are), and the linear terms price attention (KV read and
  * causal pairs), the LM head and sampler, CUDA-graph replay of pure decode steps and the
- * flattened mixed pass. Every term is linear in the unknowns, so one weighted least-squares fit
+ * flattened mixed pass. The engine neither swaps nor pads, so those two terms are not measured:
+ * swaps are priced at the host link's rate, as the roofline prices them, and padding rows as
+ * tokens. Every term is linear in the unknowns, so one weighted least-squares fit
  * (GSL, weights 1/t^2: relative error is what is minimised) learns all of them at once; uneven
  * contexts enter through the sums, mixed steps through the same terms as their parts.
  *

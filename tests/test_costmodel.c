@@ -12,6 +12,7 @@
 #include "sim/costmodel.h"
 #include "sim/kv_capacity.h"
 #include "sim/sim_executor.h"
+#include "sim/profile_model.h"
 #include "sim/roofline.h"
 #include "tests/testutil.h"
 
@@ -203,6 +204,39 @@ START_TEST(test_unknown_arithmetic_keys_are_errors)
     expect_config_error(CFG_HEAD "\"attention_bias\": true}", "\"attention_bias\": true is not supported", NULL);
     expect_config_error(CFG_HEAD "\"mlp_bias\": true}", "\"mlp_bias\": true is not supported", NULL);
     expect_config_error(CFG_HEAD "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "\"linear\"", NULL);
+}
+END_TEST
+
+/* The shipped profile is what auto picks for its model and GPU (and only with its block size),
+ * and it prices what the engine it measured cannot do: swaps at the host link's rate, padding
+ * rows as the rows they are. */
+START_TEST(test_shipped_profile_is_auto_and_prices_swaps_and_padding)
+{
+    model_config mc = load("llama-2-7b");
+    ck_assert_str_eq(profile_shipped_for(&mc, gpu("h200"), 16), "shipped:llama-2-7b_h200");
+    ck_assert_msg(!profile_shipped_for(&mc, gpu("h200"), 32), "a profile of 16-token blocks offered for 32");
+    ck_assert_msg(!profile_shipped_for(&mc, gpu("a100-80gb"), 16), "an H200 profile offered for an A100");
+    cost_model_opts o = cost_model_opts_default();
+    o.arg = "shipped:llama-2-7b_h200";
+    terr e;
+    void *m = profile_cost_model.create(&mc, gpu("h200"), &o, &e);
+    ck_assert_msg(m, "%s", e.msg);
+    step_shape d = {.num_items = 4, .num_decode_seqs = 4, .num_emitting = 4, .decode_tokens = 4, .decode_keys = 4000,
+                    .decode_keys_sq = 4000000, .max_keys = 1000};
+    int64_t base = profile_cost_model.step_ns(m, &d);
+    d.swap_blocks = 10;
+    int64_t swapped = profile_cost_model.step_ns(m, &d);
+    double per_block_ns = 8388608.0 / 55e9 * 1e9; /* 2 x 32 layers x 16 tokens x 4096 x 2 bytes */
+    ck_assert_msg(fabs((double)(swapped - base) - 10 * per_block_ns) < 10, "10 swapped blocks add %lld ns, want %.0f",
+                  (long long)(swapped - base), 10 * per_block_ns);
+    step_shape p = {.num_items = 1, .num_prefill_seqs = 1, .num_emitting = 1, .prefill_tokens = 4, .prefill_pairs2 = 20,
+                    .prefill_keys = 4, .max_keys = 4};
+    int64_t bare = profile_cost_model.step_ns(m, &p);
+    p.padding_tokens = 508;
+    int64_t padded = profile_cost_model.step_ns(m, &p);
+    ck_assert_msg(padded > bare * 2, "508 padding rows: %lld ns against %lld unpadded", (long long)padded,
+                  (long long)bare);
+    profile_cost_model.destroy(m);
 }
 END_TEST
 
@@ -696,6 +730,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_transformers5_rope_parameters_read_like_rope_scaling);
     tcase_add_test(tc, test_unknown_arithmetic_keys_are_errors);
     tcase_add_test(tc, test_absurd_model_numbers_are_errors);
+    tcase_add_test(tc, test_shipped_profile_is_auto_and_prices_swaps_and_padding);
     suite_add_tcase(s, tc);
     return s;
 }
