@@ -36,11 +36,13 @@ ifeq ($(filter-out clean deps,$(GOALS)),)
 clean:
 	rm -rf build
 else
+# The build uses every core unless -j is given (the Hopper kernels alone take minutes on one).
+PARALLEL = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
 .PHONY: forward $(GOALS)
 $(GOALS): forward ; @:
 forward:
 	@$(MAKE) --no-print-directory deps
-	@$(MAKE) --no-print-directory TANDEM_DEPS_READY=1 $(MAKECMDGOALS)
+	@$(MAKE) --no-print-directory TANDEM_DEPS_READY=1 $(PARALLEL) $(MAKECMDGOALS)
 endif
 else
 
