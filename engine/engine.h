@@ -62,7 +62,7 @@ typedef struct engine_opts {
                                   a config.json path) */
     const char *backend;       /* "cuda" or "cpu" */
     uint64_t weight_seed;      /* synthetic weights */
-    int32_t block_size;        /* tokens per KV block (default 16) */
+    int32_t block_size;        /* tokens per KV block (default KV_DEFAULT_BLOCK_SIZE) */
     int32_t num_blocks;        /* KV blocks per layer (0: enough for max_seqs x max_model_len) */
     int32_t max_tokens;        /* T per step: the workspace is sized for it (default 2048) */
     int32_t max_seqs;          /* B per step (default 256) */
