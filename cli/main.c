@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/version.h"
 #include "core/util.h"
 
 typedef struct command {
@@ -51,8 +52,8 @@ static void usage(FILE *f, const char *group)
         snprintf(name, sizeof name, "%s%s%s", group || !c->group ? "" : c->group, group || !c->group ? "" : " ", c->name);
         fprintf(f, "  %-12s %s\n", name, c->summary);
     }
-    fprintf(f, "\n`tandem %s%sCOMMAND --help` lists a command's options with their defaults.\n", group ? group : "",
-            group ? " " : "");
+    fprintf(f, "\n`tandem %s%sCOMMAND --help` lists a command's options with their defaults%s.\n", group ? group : "",
+            group ? " " : "", group ? "" : "; `tandem --version` says what built this binary");
 }
 
 int main(int argc, char **argv)
@@ -64,6 +65,10 @@ int main(int argc, char **argv)
     if (is_help(argv[1])) {
         usage(stdout, NULL);
         return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("tandem %s\n", tandem_version);
+        return fflush(stdout) || ferror(stdout) ? 1 : 0;
     }
     const char *group = is_group(argv[1]) ? argv[1] : NULL;
     if (group) {

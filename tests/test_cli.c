@@ -83,6 +83,16 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
 }
 END_TEST
 
+/* The binary says what built it: `git describe` of its tree. */
+START_TEST(version_names_the_build)
+{
+    cli_result r = run_cli("--version", NULL);
+    ck_assert_msg(r.exit_code == 0 && !strncmp(r.out, "tandem ", 7) && strlen(r.out) > 9, "--version: exit %d, \"%s\"",
+                  r.exit_code, r.out);
+    cli_result_free(&r);
+}
+END_TEST
+
 /* One parser serves every command, and none takes a prefix of a flag for the flag. */
 START_TEST(every_command_refuses_abbreviated_flags)
 {
@@ -397,6 +407,7 @@ int main(void)
     tcase_add_test(tc, help_lists_every_option_with_default);
     tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
     tcase_add_test(tc, every_command_refuses_abbreviated_flags);
+    tcase_add_test(tc, version_names_the_build);
     tcase_add_test(tc, lost_output_is_exit_1_and_leaves_nothing_half_written);
     tcase_add_test(tc, outputs_cut_at_max_model_len_are_recorded_and_counted);
     tcase_add_test(tc, a_failed_run_leaves_the_earlier_outputs_whole);
