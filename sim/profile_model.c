@@ -67,22 +67,28 @@ static double tokens_of(const step_shape *s)
 
 /* The row of the design matrix for s: G's hat functions (linear extrapolation past the end
  * knots), then the linear terms. *outside says whether T lies outside the knots. */
-static void features(const profile_model *pm, const step_shape *s, double *x, bool *outside)
+/* Where T falls on G's knots: the segment [knot j, knot j+1] it is in (or the end one it is
+ * past: G extends linearly) and its position a along it; one knot is a constant. Binary search:
+ * this runs once a simulated step. */
+static void segment(const profile_model *pm, double T, int32_t *j, double *a)
 {
     int32_t K = pm->num_knots;
-    for (int32_t k = 0; k < K; k++) x[k] = 0;
-    double T = tokens_of(s);
     if (K == 1) {
-        x[0] = 1;
-    } else {
-        int32_t j = 0; /* the segment [knot j, knot j+1] that T is in, or the end one it is past */
-        while (j < K - 2 && T > pm->knot[j + 1]) j++;
-        double a = (T - pm->knot[j]) / (pm->knot[j + 1] - pm->knot[j]);
-        x[j] = 1 - a;
-        x[j + 1] = a;
+        *j = 0, *a = 0;
+        return;
     }
-    if (outside) *outside = T < pm->knot[0] || T > pm->knot[K - 1];
-    double *l = x + K;
+    int32_t lo = 0, hi = K - 2; /* the last segment whose left knot is below T, at least 0 */
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (T > pm->knot[mid]) lo = mid;
+        else hi = mid - 1;
+    }
+    *j = lo;
+    *a = (T - pm->knot[lo]) / (pm->knot[lo + 1] - pm->knot[lo]);
+}
+
+static void linear_features(const step_shape *s, double *l)
+{
     l[F_DECODE_KEYS] = (double)s->decode_keys;
     l[F_DECODE_SEQS] = s->num_decode_seqs;
     l[F_DECODE_GRID] = s->num_decode_seqs ? decode_grid(s) : 0;
@@ -93,12 +99,30 @@ static void features(const profile_model *pm, const step_shape *s, double *x, bo
     l[F_MIXED] = s->num_decode_seqs > 0 && s->num_prefill_seqs > 0;
 }
 
+/* The row of the design matrix for s (the fit): G's hat functions, then the linear terms. */
+static void features(const profile_model *pm, const step_shape *s, double *x)
+{
+    int32_t K = pm->num_knots, j;
+    double a;
+    for (int32_t k = 0; k < K; k++) x[k] = 0;
+    segment(pm, tokens_of(s), &j, &a);
+    x[j] = 1 - a;
+    if (K > 1) x[j + 1] = a;
+    linear_features(s, x + K);
+}
+
+/* The prediction: the two hats T touches and the linear terms, no design row. *outside says
+ * whether T lies outside the knots. */
 static double predict_ms(const profile_model *pm, const step_shape *s, bool *outside)
 {
-    double x[MAX_KNOTS + NUM_LINEAR];
-    features(pm, s, x, outside);
-    double ms = 0;
-    for (int32_t i = 0; i < pm->num_knots + NUM_LINEAR; i++) ms += pm->coef[i] * x[i];
+    int32_t K = pm->num_knots, j;
+    double a, T = tokens_of(s), l[NUM_LINEAR];
+    segment(pm, T, &j, &a);
+    if (outside) *outside = T < pm->knot[0] || T > pm->knot[K - 1];
+    double ms = pm->coef[j] * (1 - a);
+    if (K > 1) ms += pm->coef[j + 1] * a;
+    linear_features(s, l);
+    for (int32_t i = 0; i < NUM_LINEAR; i++) ms += pm->coef[K + i] * l[i];
     return ms;
 }
 
@@ -262,7 +286,7 @@ static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
     gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc((size_t)n, p);
     double x[MAX_KNOTS + NUM_LINEAR], scale[MAX_KNOTS + NUM_LINEAR] = {0}, chisq;
     for (int32_t i = 0; i < n; i++) {
-        features(pm, &pts[i].s, x, NULL);
+        features(pm, &pts[i].s, x);
         for (size_t j = 0; j < p; j++) {
             gsl_matrix_set(X, (size_t)i, j, x[j]);
             scale[j] = fmax(scale[j], fabs(x[j]));
