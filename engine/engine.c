@@ -4,6 +4,7 @@
  * at open through its table of function pointers.
  */
 #include "engine/engine.h"
+#include "engine/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,15 @@ int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e)
             !(sp->uniform[i] >= 0 && sp->uniform[i] < 1))
             return terr_set(e, "sampling row %d: need temperature >= 0, top_p in (0, 1], u in [0, 1)",
                             i);
-    return eng->ops->sample(eng->self, eng->last_num_logits, sp, out, e);
+    int rc = eng->ops->sample(eng->self, eng->last_num_logits, sp, out, e);
+    if (rc) return rc;
+    for (int32_t i = 0; i < eng->last_num_logits; i++)
+        if (out[i] == SAMPLE_NOT_FINITE) {
+            terr_set(e, "the logits of row %d hold NaN or +inf: the model's weights or arithmetic "
+                        "broke down (check the checkpoint's values and config.json); stopping", i);
+            return ENGINE_ERR_DEVICE;
+        }
+    return 0;
 }
 
 int engine_logits(engine *eng, float *out, terr *e)

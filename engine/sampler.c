@@ -53,9 +53,17 @@ int32_t sample_top_p(const float *logits, int32_t vocab, float temperature, floa
     return last; /* rounding left u * mass at the very end */
 }
 
+bool logits_finite(const float *logits, int32_t vocab)
+{
+    for (int32_t i = 0; i < vocab; i++)
+        if (!(logits[i] < INFINITY)) return false; /* NaN or +inf */
+    return true;
+}
+
 int32_t sample_row(const float *logits, int32_t vocab, float temperature, float top_p, float u,
                    float *scratch)
 {
+    if (!logits_finite(logits, vocab)) return SAMPLE_NOT_FINITE;
     if (temperature <= 0) return sample_argmax(logits, vocab);
     return sample_top_p(logits, vocab, temperature, top_p, u, scratch);
 }

@@ -11,17 +11,24 @@
  *   binary search over the bit patterns of positive floats. The token is the first id, in id
  *   order, at which the running sum of nucleus p_i exceeds u * (nucleus mass), u the caller's
  *   uniform draw in [0, 1).
+ * A row holding NaN or +inf has no distribution: sample_row returns SAMPLE_NOT_FINITE for it (as
+ * the GPU kernel does), and the engine stops rather than emit a made-up token.
  */
 #ifndef TANDEM_SAMPLER_H
 #define TANDEM_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 int32_t sample_argmax(const float *logits, int32_t vocab);
 /* scratch: (vocab) floats. */
 int32_t sample_top_p(const float *logits, int32_t vocab, float temperature, float top_p, float u,
                      float *scratch);
-/* Greedy when temperature <= 0, else sample_top_p. */
+#define SAMPLE_NOT_FINITE (-1)
+
+/* Whether every logit is finite or -inf (a masked token). */
+bool logits_finite(const float *logits, int32_t vocab);
+/* Greedy when temperature <= 0, else sample_top_p; SAMPLE_NOT_FINITE when !logits_finite. */
 int32_t sample_row(const float *logits, int32_t vocab, float temperature, float top_p, float u,
                    float *scratch);
 

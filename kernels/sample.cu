@@ -25,10 +25,18 @@ sample_kernel(const float *logits, int32_t V, const float *temperature, const fl
     const float *l = logits + (int64_t)row * V;
     const float temp = temperature[row];
 
-    // Max (with its lowest index, for greedy).
+    // Max (with its lowest index, for greedy). A NaN or +inf logit leaves no distribution: the
+    // row's token is -1 (SAMPLE_NOT_FINITE in engine/sampler.h) and the host stops.
     float best = -INFINITY;
-    int bi = V;
-    for (int i = tid; i < V; i += SAMPLE_THREADS) argmax_merge(best, bi, l[i], i);
+    int bi = V, bad = 0;
+    for (int i = tid; i < V; i += SAMPLE_THREADS) {
+        argmax_merge(best, bi, l[i], i);
+        bad |= !(l[i] < INFINITY);
+    }
+    if (__syncthreads_or(bad)) {
+        if (tid == 0) out[row] = -1;
+        return;
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         argmax_merge(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));

@@ -773,6 +773,41 @@ START_TEST(cli_generate_rejects_bad_input)
 }
 END_TEST
 
+/* A NaN in the weights makes every logit NaN: the sampler reports the row, and generate stops
+ * with exit 1 instead of printing made-up tokens. */
+START_TEST(non_finite_logits_stop_the_engine)
+{
+    float row[4] = {0.5f, -INFINITY, 2.0f, 1.0f}, scratch[4];
+    ck_assert_int_eq(sample_row(row, 4, 0, 1, 0, scratch), 2); /* -inf is a masked token, fine */
+    row[3] = NAN;
+    ck_assert_int_eq(sample_row(row, 4, 0, 1, 0, scratch), SAMPLE_NOT_FINITE);
+    ck_assert_int_eq(sample_row(row, 4, 0.8f, 0.9f, 0.5f, scratch), SAMPLE_NOT_FINITE);
+    row[3] = INFINITY;
+    ck_assert_int_eq(sample_row(row, 4, 0, 1, 0, scratch), SAMPLE_NOT_FINITE);
+
+    char *dir = save_synthetic("tiny-llama2", "nan-w"), path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_file f;
+    terr e = {{0}};
+    ck_assert_msg(st_open(&f, path, &e) == 0, "%s", e.msg);
+    const st_tensor *t = st_find(&f, "model.norm.weight");
+    ck_assert_msg(t && t->dtype == ST_BF16, "no bf16 model.norm.weight in the checkpoint");
+    long off = (long)((const uint8_t *)st_tensor_data(&f, t) - f.map);
+    st_close(&f);
+    FILE *w = fopen(path, "r+b");
+    ck_assert(w && fseek(w, off, SEEK_SET) == 0);
+    uint16_t nan16 = 0x7fc0;
+    ck_assert(fwrite(&nan16, 2, 1, w) == 1 && fclose(w) == 0);
+    cli_result r = run_cli("generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2,3",
+                           "--max-tokens", "4", NULL);
+    ck_assert_msg(r.exit_code == 1, "exit %d, want 1: %s", r.exit_code, r.err);
+    ck_assert_msg(strstr(r.err, "NaN"), "stderr does not name the cause: %s", r.err);
+    ck_assert_msg(r.out[0] == 0, "tokens were printed: %s", r.out);
+    cli_result_free(&r);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine_cpu");
@@ -793,6 +828,7 @@ int main(void)
     tcase_add_test(tc, cli_generate_stops_at_eos);
     tcase_add_test(tc, checkpoint_configs_of_transformers_4_and_5_give_equal_logits);
     tcase_add_test(tc, cli_generate_rejects_bad_input);
+    tcase_add_test(tc, non_finite_logits_stop_the_engine);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
