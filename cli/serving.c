@@ -345,6 +345,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .goodput_e2el_ms = su->goodput_e2el_ms,
         .write_requests = o->requests,
         .write_steps = o->steps,
+        .write_host_time = ex.ops->measures_host,
         .write_tokens = o->tokens,
         .peak_flops = su->gpu->peak_bf16_flops,
         .peak_bytes_s = su->gpu->peak_mem_bw_bytes_s,

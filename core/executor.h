@@ -10,6 +10,7 @@
 #define TANDEM_EXECUTOR_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "batch.h"
@@ -19,10 +20,15 @@ typedef struct step_result {
     int64_t duration_ns;    /* wall (or predicted) time of the whole step, swaps included */
     const int32_t *sampled; /* (batch->num_items) token sampled by each emitting item, or NULL
                                when the executor produces no real tokens (the simulator) */
+    /* For an executor that measures real work (measures_host): the host time it spent on this
+     * step serially with the device (building the step's arrays, enqueueing, reading back
+     * tokens). The serving loop adds its own scheduling time to it in steps.csv. */
+    int64_t host_ns;
 } step_result;
 
 typedef struct executor_ops {
     const char *name;
+    bool measures_host; /* fills step_result's host_ns (steps.csv gains host_us, sched_us) */
     /* Runs b; fills out. Returns 0, or -1 with e set (a real engine can fail). */
     int (*execute)(void *self, const batch *b, step_result *out, terr *e);
     /* Called when a request leaves the system (finished, rejected), so an engine can drop

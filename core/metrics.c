@@ -96,6 +96,7 @@ struct metrics {
     char summary_path[4096];
     samples ttft, tpot, e2el, queue; /* ms, one per finished request */
     qhist itl;                       /* ms, on a microsecond grid */
+    qhist host_us, sched_us;         /* per step, on a 0.1 us grid (write_host_time) */
     int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
     size_t n_step_itl, cap_step_itl;
     metrics_summary s;
@@ -124,6 +125,8 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
     metrics *m = xcalloc(1, sizeof *m);
     m->opt = *opt;
     qhist_init(&m->itl, 1e-3);
+    qhist_init(&m->host_us, 0.1);
+    qhist_init(&m->sched_us, 0.1);
     m->first_arrival_ns = INT64_MAX;
     m->last_end_ns = INT64_MIN;
     if (opt->out_dir) {
@@ -141,13 +144,15 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             if (!m->req_out) goto fail;
         }
         if (opt->write_steps) {
-            m->step_out = open_csv(opt->out_dir, "steps.csv",
-                                   "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
-                                   "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
-                                   "num_preemptions,swap_blocks,kv_tokens,num_prefill_seqs,"
-                                   "num_decode_seqs,num_emitting,padding_tokens,prefill_pairs2,"
-                                   "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu\n",
-                                   e);
+            char head[512];
+            snprintf(head, sizeof head, "%s%s\n",
+                     "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
+                     "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
+                     "num_preemptions,swap_blocks,kv_tokens,num_prefill_seqs,"
+                     "num_decode_seqs,num_emitting,padding_tokens,prefill_pairs2,"
+                     "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu",
+                     opt->write_host_time ? ",host_us,sched_us" : "");
+            m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
             if (!m->step_out) goto fail;
         }
         if (opt->write_tokens) {
@@ -290,6 +295,10 @@ void metrics_step(metrics *m, const step_stats *st)
     double tusage = slots > 0 ? (double)st->kv_tokens / slots : 0;
     if (tusage > s->peak_kv_token_usage) s->peak_kv_token_usage = tusage;
     m->kv_token_usage_time_sum += tusage * (double)st->duration_ns;
+    if (m->opt.write_host_time) {
+        qhist_add(&m->host_us, (double)st->host_ns / 1e3, 1);
+        qhist_add(&m->sched_us, (double)st->sched_ns / 1e3, 1);
+    }
 
     obuf *o = m->step_out;
     if (!o) return;
@@ -335,6 +344,12 @@ void metrics_step(metrics *m, const step_stats *st)
     ob_fixed(o, m->opt.peak_flops > 0 && secs > 0 ? llround(st->flops / secs / m->opt.peak_flops * 1e4) : 0, 4);
     ob_char(o, ',');
     ob_fixed(o, m->opt.peak_bytes_s > 0 && secs > 0 ? llround(st->bytes / secs / m->opt.peak_bytes_s * 1e4) : 0, 4);
+    if (m->opt.write_host_time) {
+        ob_char(o, ',');
+        ob_fixed(o, (st->host_ns + 5) / 10, 2); /* us */
+        ob_char(o, ',');
+        ob_fixed(o, (st->sched_ns + 5) / 10, 2);
+    }
     ob_char(o, '\n');
 }
 
@@ -427,6 +442,14 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
     json_object_set_new(o, "total_bytes", json_real(s->total_bytes));
     json_object_set_new(o, "mfu", isnan(s->mfu) ? json_null() : json_real(s->mfu));
     json_object_set_new(o, "mbu", isnan(s->mbu) ? json_null() : json_real(s->mbu));
+    if (opt->write_host_time) {
+        const latency_stats *h[] = {&s->host_us, &s->sched_us};
+        const char *key[] = {"host_us", "sched_us"};
+        for (int i = 0; i < 2; i++)
+            json_object_set_new(o, key[i], json_pack("{s:f,s:f,s:f,s:f}", "mean", h[i]->mean, "median",
+                                                     h[i]->median, "p99", h[i]->p99, "max", h[i]->max));
+        json_object_set_new(o, "host_overlaps_gpu", json_false());
+    }
     return o;
 }
 
@@ -445,6 +468,8 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->itl = lat_hist(&m->itl);
     s->e2el = lat(&m->e2el);
     s->queue = lat(&m->queue);
+    s->host_us = lat_hist(&m->host_us);
+    s->sched_us = lat_hist(&m->sched_us);
     s->busy_s = m->busy_ns / 1e9;
     s->busy_fraction = d > 0 ? s->busy_s / d : 0;
     s->mean_kv_usage = m->busy_ns > 0 ? m->kv_usage_time_sum / m->busy_ns : 0;
@@ -496,6 +521,8 @@ void metrics_free(metrics *m)
     samples_free(&m->ttft);
     samples_free(&m->tpot);
     qhist_free(&m->itl);
+    qhist_free(&m->host_us);
+    qhist_free(&m->sched_us);
     samples_free(&m->e2el);
     samples_free(&m->queue);
     free(m->step_itl);

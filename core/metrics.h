@@ -33,6 +33,7 @@ typedef struct metrics_options {
     double goodput_e2el_ms;
     bool write_requests;    /* requests.csv (on by default in the CLI) */
     bool write_steps;       /* steps.csv (on by default in the CLI) */
+    bool write_host_time;   /* steps.csv gains host_us and sched_us (an executor that measures) */
     bool write_tokens;      /* tokens.csv: each finished request's generated token ids, when the
                                executor produced real tokens (the engine) */
     double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
@@ -57,6 +58,7 @@ typedef struct step_stats {
     int32_t num_swap_blocks; /* blocks swapped in + out */
     step_shape shape;        /* what the step computed (core/batch.h) */
     double flops, bytes;     /* its useful work (core/work.h); 0 when the model is not known */
+    int64_t host_ns, sched_ns; /* measured host time (core/executor.h), when write_host_time */
 } step_stats;
 
 typedef struct latency_stats {
@@ -91,6 +93,8 @@ typedef struct metrics_summary {
     double mfu, mbu;           /* achieved FLOP/s and bytes/s while busy over the GPU's peaks
                                   (NAN when the peaks are not known) */
     double prefix_cache_hit_rate; /* cached prompt tokens / prompt tokens of admitted requests */
+    latency_stats host_us, sched_us; /* host time per step (us), when write_host_time: all of it,
+                                        and the serving loop's part (steps.csv) */
 } metrics_summary;
 
 typedef struct metrics metrics;

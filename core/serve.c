@@ -135,6 +135,14 @@ static void finish(loop_state *L, request *r)
     retire(L, r);
 }
 
+/* Idles until t; returns the host time that took when timed (else 0). */
+static int64_t wait_for(tclock *clock, int64_t t_ns, bool timed)
+{
+    int64_t t0 = timed ? clock_mono_ns() : 0;
+    clock->wait_until(clock, t_ns);
+    return timed ? clock_mono_ns() - t0 : 0;
+}
+
 #ifdef TANDEM_CHECKS
 /* After every step in test builds: blocks are conserved, every block reference belongs to a
  * live request's table, and no request holds more blocks than its computed tokens need. */
@@ -208,6 +216,10 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
     int have = src.next(src.self, &next, e);
     int64_t next_id = 0, step = 0;
     if (have < 0) rc = -1;
+    /* Host time of the loop itself, for an executor that measures real work: from the previous
+     * step's return to this step's call, less the time spent idle waiting for arrivals. */
+    const bool timed = ex.ops->measures_host;
+    int64_t host_mark = 0, idle_ns = 0;
 
     while (rc == 0) {
         L.now_ns = clock->now(clock);
@@ -222,7 +234,7 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
         if (rc) break;
         if (L.num_live == 0) {
             if (have == 0) break;
-            clock->wait_until(clock, next.arrival_ns);
+            idle_ns += wait_for(clock, next.arrival_ns, timed);
             continue;
         }
 
@@ -234,7 +246,7 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
              * the state: schedule again at the same instant, as vLLM's next step would */
             if (b.num_preempted > 0) continue;
             if (have == 1) { /* nothing runnable now; something may change when the next request comes */
-                clock->wait_until(clock, next.arrival_ns);
+                idle_ns += wait_for(clock, next.arrival_ns, timed);
                 continue;
             }
             /* no arrivals left and the policy will not run what it holds: end them, don't hang */
@@ -247,10 +259,12 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
         }
 
         step_result out = {0};
+        int64_t sched_ns = timed && host_mark ? clock_mono_ns() - host_mark - idle_ns : 0;
         if (ex.ops->execute(ex.self, &b, &out, e)) {
             rc = -1;
             break;
         }
+        if (timed) host_mark = clock_mono_ns(), idle_ns = 0;
         assert(out.duration_ns > 0);
         int64_t start = L.now_ns;
         clock->advance(clock, out.duration_ns);
@@ -292,6 +306,8 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             .kv_blocks_total = L.kv.num_blocks,
             .block_size = cfg->sched.block_size,
             .shape = batch_shape(&b),
+            .host_ns = sched_ns + out.host_ns,
+            .sched_ns = sched_ns,
         };
         if (cfg->model) {
             step_work w = step_work_of(cfg->model, &st.shape);

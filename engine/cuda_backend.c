@@ -22,10 +22,18 @@
  * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
  * through shared memory ahead of them. At 2 and 4 sequences it measured slower than the five
  * kernels a layer. Kernels are launched as programmatic dependents (kernels/kernels.h), so each
- * overlaps its predecessor's tail. Pure-decode steps are captured as a CUDA graph and replayed,
- * one graph per (batch size, context-length bucket): the decode attention grid covers the
- * bucket (a power of two), blocks past a sequence's length exit at once, so a graph serves
- * every length in its bucket.
+ * overlaps its predecessor's tail.
+ *
+ * Pure-decode steps replay CUDA graphs, one per (graph batch size, context-length bucket), all
+ * captured at open (as vLLM captures its graphs at start-up), so that no step of a run pays for
+ * a capture or for the first use of a kernel. The graph batch sizes are vLLM's: 1, 2, 4, then
+ * every multiple of 8, up to the largest decode step; a step of B sequences runs the smallest
+ * graph of at least B, its extra rows padding (token 0 at position 0 of a scratch block that
+ * only the backend owns, so they write no block of the scheduler's; their logits are computed
+ * after the real ones and never read). The decode attention grid covers the bucket (a power of
+ * two); blocks past a sequence's length exit at once, so a graph serves every length in its
+ * bucket. Open also runs prefill steps over a ladder of token counts, so that the cuBLAS kernels
+ * that serving will pick are loaded before the first request.
  *
  * Decode attention splits each context into partitions of 32..256 tokens, the largest that still
  * gives the GPU about 4096 blocks: a batch of 64 long contexts uses 256, a single sequence 32.
@@ -45,7 +53,6 @@
 
 _Static_assert(CU_ERR_DEVICE == ENGINE_ERR_DEVICE, "a failed CUDA call is a device error");
 
-#define MAX_GRAPHS 128
 #define PF_TILE K_PREFILL_TILE
 #define SKINNY_MAX_ROWS 8 /* GEMMs of at most this many rows stream weights (k_gemm_skinny) */
 
@@ -58,10 +65,7 @@ typedef struct cuda_layer {
     bf16_t *wdown;     /* (h, I) */
 } cuda_layer;
 
-typedef struct decode_graph {
-    int32_t num_seqs, num_logits, len_bucket;
-    cudaGraphExec_t exec;
-} decode_graph;
+#define WARMUP_FIRST_TOKENS 9 /* the smallest step cuBLAS runs (smaller ones are skinny) */
 
 /* Where a step's arrays sit in the metadata buffer (int32 offsets); a function of the counts
  * only, so a captured graph's pointers stay valid for every step of the same shape. */
@@ -112,8 +116,13 @@ typedef struct cuda_model {
     float *h_samp, *d_samp;  /* (3, N) temperature, top_p, uniform */
     int32_t *h_tok, *d_tok;  /* (N) sampled ids */
     tile *tiles;             /* (max_items) host scratch for ordering prefill tiles */
-    decode_graph graphs[MAX_GRAPHS];
-    int32_t num_graphs;
+    /* decode graphs: graphs[i * num_buckets + j] for batch size graph_sizes[i] and context
+     * bucket K_DECODE_PARTITION << j */
+    int32_t *graph_sizes; /* (num_graph_sizes) ascending; the last is the largest decode step */
+    int32_t num_graph_sizes, num_buckets;
+    cudaGraphExec_t *graphs; /* (num_graph_sizes * num_buckets), NULL until captured */
+    int32_t scratch_block;   /* KV block after the scheduler's num_blocks: padding rows write it */
+    uint8_t *row_used;       /* (max_seqs) host scratch for ordering a padded step's logits rows */
 } cuda_model;
 
 static meta_layout layout_for(int32_t T, int32_t B, int32_t N, int32_t nd, int32_t np, int32_t S)
@@ -158,7 +167,9 @@ static void cuda_destroy(void *self)
     cuda_model *m = self;
     if (!m) return;
     if (m->stream) cudaStreamSynchronize(m->stream);
-    for (int32_t i = 0; i < m->num_graphs; i++) cudaGraphExecDestroy(m->graphs[i].exec);
+    for (int32_t i = 0; m->graphs && i < m->num_graph_sizes * m->num_buckets; i++)
+        if (m->graphs[i]) cudaGraphExecDestroy(m->graphs[i]);
+    free(m->graphs), free(m->graph_sizes), free(m->row_used);
     if (m->blas) cublasDestroy(m->blas);
     void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->qkv16,
                    m->attn, m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
@@ -297,6 +308,21 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     m->qkv_dim = (mc->num_heads + 2 * mc->num_kv_heads) * hd;
     m->layers = xcalloc((size_t)mc->num_layers, sizeof *m->layers);
     m->tiles = xcalloc((size_t)m->max_items, sizeof *m->tiles);
+    m->row_used = xcalloc((size_t)o->max_seqs, 1);
+    /* Graph batch sizes up to the largest decode step (min(max_seqs, max_tokens) rows); context
+     * buckets up to max_model_len. */
+    int32_t cap = (int32_t)min_i64(o->max_seqs, o->max_tokens);
+    m->graph_sizes = xcalloc((size_t)cap, sizeof *m->graph_sizes);
+    for (int32_t b = 1; b <= cap; b++) {
+        int32_t g = b <= 2 ? b : b <= 4 ? 4 : (int32_t)min_i64(cap, (b + 7) / 8 * 8);
+        if (m->num_graph_sizes == 0 || m->graph_sizes[m->num_graph_sizes - 1] != g)
+            m->graph_sizes[m->num_graph_sizes++] = g;
+    }
+    for (int64_t len = K_DECODE_PARTITION;; len *= 2) {
+        m->num_buckets++;
+        if (len >= o->max_model_len) break;
+    }
+    m->graphs = xcalloc((size_t)m->num_graph_sizes * (size_t)m->num_buckets, sizeof *m->graphs);
     int rc = ENGINE_ERR_DEVICE;
 #define TRY(call)                                                                                 \
     do {                                                                                          \
@@ -317,7 +343,8 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
 
     int64_t T = o->max_tokens, N = o->max_seqs, V = mc->vocab_size;
     int64_t qd = (int64_t)mc->num_heads * hd;
-    m->layer_kv = (int64_t)o->num_blocks * o->block_size * mc->num_kv_heads * hd;
+    m->scratch_block = o->num_blocks; /* one block past the scheduler's */
+    m->layer_kv = (int64_t)(o->num_blocks + 1) * o->block_size * mc->num_kv_heads * hd;
     TRY(dev_alloc((void **)&m->kv, (size_t)(2 * mc->num_layers * m->layer_kv) * 2, "the KV cache", e));
     CU(cudaMemsetAsync(m->kv, 0, (size_t)(2 * mc->num_layers * m->layer_kv) * 2, m->stream));
     float *inv = xmalloc(sizeof(float) * (size_t)(hd / 2));
@@ -494,6 +521,87 @@ static int cmp_tile(const void *a, const void *b)
     return x->key != y->key ? (y->key > x->key ? 1 : -1) : (x->seq != y->seq ? x->seq - y->seq : x->first - y->first);
 }
 
+/* The decode graph for a step of B sequences whose longest context is max_len: *g its batch size,
+ * *slot where its exec lives. */
+static cudaGraphExec_t *decode_graph_for(cuda_model *m, int32_t B, int32_t max_len, int32_t *g,
+                                         int32_t *bucket)
+{
+    int32_t i = 0;
+    while (m->graph_sizes[i] < B) i++; /* B <= the last size */
+    int32_t j = 0;
+    while ((int64_t)K_DECODE_PARTITION << j < max_len) j++;
+    *g = m->graph_sizes[i];
+    *bucket = K_DECODE_PARTITION << j;
+    return &m->graphs[i * m->num_buckets + j];
+}
+
+/* Fills h_meta for a pure-decode step padded to G rows: s's B rows, then padding rows at the
+ * scratch block (s may be NULL: all padding). Logits rows: s's, then every other row. */
+static void fill_decode_meta(cuda_model *m, const eng_step *s, int32_t G, const meta_layout *l)
+{
+    int32_t *h = m->h_meta, B = s ? s->num_seqs : 0, N = s ? s->num_logits : 0, bs = m->o.block_size;
+    for (int32_t b = 0; b < G; b++) {
+        bool real = b < B;
+        h[l->tok + b] = real ? s->token_ids[b] : 0;
+        h[l->pos + b] = real ? s->positions[b] : 0;
+        h[l->slot + b] = real ? s->slot_mapping[b] : m->scratch_block * bs;
+        h[l->lens + b] = real ? s->seq_lens[b] : 1;
+        h[l->qsl + b] = b;
+        h[l->dec + b] = b;
+        int32_t *bt = h + l->bt + (int64_t)b * m->S;
+        if (real)
+            memcpy(bt, s->block_tables + (int64_t)b * s->block_table_stride,
+                   sizeof(int32_t) * (size_t)div_ceil_i64(s->seq_lens[b], bs));
+        else
+            bt[0] = m->scratch_block;
+    }
+    h[l->qsl + G] = G;
+    for (int32_t k = 0; k < N; k++) {
+        h[l->rows + k] = s->logits_rows[k];
+        m->row_used[s->logits_rows[k]] = 1;
+    }
+    for (int32_t r = 0, k = N; r < G; r++) {
+        if (!m->row_used[r]) h[l->rows + k++] = r;
+        m->row_used[r] = 0;
+    }
+}
+
+/* Captures (and uploads) the decode graph of G rows for contexts up to `bucket`. */
+static int capture_decode_graph(cuda_model *m, int32_t G, int32_t bucket, cudaGraphExec_t *out, terr *e)
+{
+    int32_t parts, P = pick_partition(m, G, bucket, &parts);
+    meta_layout l = layout_for(G, G, G, G, 0, m->S);
+    cudaGraph_t graph;
+    CU_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = enqueue_forward(m, G, G, G, G, 0, P, parts, &l, e);
+    cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
+    if (rc) {
+        if (end == cudaSuccess) cudaGraphDestroy(graph);
+        return rc;
+    }
+    CU_TRY(end);
+    cudaError_t inst = cudaGraphInstantiate(out, graph, 0);
+    cudaGraphDestroy(graph);
+    CU_TRY(inst);
+    CU_TRY(cudaGraphUpload(*out, m->stream));
+    return 0;
+}
+
+/* A pure-decode step through its graph (captured now if open did not). */
+static int forward_decode_graph(cuda_model *m, const eng_step *s, int32_t max_len, terr *e)
+{
+    int32_t G, bucket;
+    cudaGraphExec_t *g = decode_graph_for(m, s->num_seqs, max_len, &G, &bucket);
+    meta_layout l = layout_for(G, G, G, G, 0, m->S);
+    CU_TRY(cudaEventSynchronize(m->meta_copied));
+    fill_decode_meta(m, s, G, &l);
+    CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
+    CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
+    if (!*g && capture_decode_graph(m, G, bucket, g, e)) return ENGINE_ERR_DEVICE;
+    CU_TRY(cudaGraphLaunch(*g, m->stream));
+    return 0;
+}
+
 static int cuda_forward(void *self, const eng_step *s, terr *e)
 {
     cuda_model *m = self;
@@ -508,6 +616,8 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
             np += (int32_t)div_ceil_i64(n, PF_TILE);
         }
     }
+    if (nd == B && np == 0 && m->o.cuda_graphs) return forward_decode_graph(m, s, max_len, e);
+
     meta_layout l = layout_for(T, B, N, nd, np, m->S);
     /* The previous step's copy out of h_meta must be done before it is overwritten. */
     CU_TRY(cudaEventSynchronize(m->meta_copied));
@@ -541,38 +651,48 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     }
     CU_TRY(cudaMemcpyAsync(m->d_meta, h, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
     CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
+    int32_t parts, P = pick_partition(m, nd, max_len, &parts);
+    return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
+}
 
-    bool pure_decode = nd == B && np == 0 && T == B;
-    int32_t parts, P;
-    if (!pure_decode || !m->o.cuda_graphs) {
-        P = pick_partition(m, nd, max_len, &parts);
-        return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
+/* Start-up work that would otherwise land on the first steps of a run: every decode graph is
+ * captured and run once (padding rows only), and prefill steps of one sequence over a ladder of
+ * token counts (x1.25 from 9 to the largest step) load the GEMM kernels cuBLAS picks for them.
+ * The prefill steps write KV blocks 0.. of the cache, which holds nothing yet. */
+static int cuda_warmup(void *self, terr *e)
+{
+    cuda_model *m = self;
+    const engine_opts *o = &m->o;
+    for (int32_t i = 0; o->cuda_graphs && i < m->num_graph_sizes; i++) {
+        int32_t G = m->graph_sizes[i];
+        for (int32_t j = 0; j < m->num_buckets; j++)
+            if (capture_decode_graph(m, G, K_DECODE_PARTITION << j, &m->graphs[i * m->num_buckets + j], e))
+                return ENGINE_ERR_DEVICE;
+        meta_layout l = layout_for(G, G, G, G, 0, m->S);
+        CU_TRY(cudaEventSynchronize(m->meta_copied));
+        fill_decode_meta(m, NULL, G, &l);
+        CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
+        CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
+        CU_TRY(cudaGraphLaunch(m->graphs[i * m->num_buckets], m->stream));
     }
-    /* One graph per (B, N, length bucket); the grid covers the bucket. */
-    int32_t bucket = (int32_t)max_i64(K_DECODE_PARTITION, pow2_at_least(max_len));
-    P = pick_partition(m, nd, bucket, &parts);
-    for (int32_t i = 0; i < m->num_graphs; i++)
-        if (m->graphs[i].num_seqs == B && m->graphs[i].num_logits == N && m->graphs[i].len_bucket == bucket) {
-            CU_TRY(cudaGraphLaunch(m->graphs[i].exec, m->stream));
-            return 0;
-        }
-    if (m->num_graphs == MAX_GRAPHS) /* too many shapes: run without a graph */
-        return enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
-    cudaGraph_t graph;
-    CU_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue_forward(m, T, B, N, nd, np, P, parts, &l, e);
-    cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
-    if (rc) {
-        if (end == cudaSuccess) cudaGraphDestroy(graph);
-        return rc;
+    int64_t max_t = min_i64(min_i64(o->max_tokens, o->max_model_len), (int64_t)o->num_blocks * o->block_size);
+    int32_t *rows = xmalloc(sizeof(int32_t) * (size_t)(4 * max_t + 2)), *bt = rows + 3 * max_t;
+    int32_t *tok = rows, *pos = rows + max_t, *slot = rows + 2 * max_t, qsl[2] = {0, 0};
+    int32_t stride = (int32_t)div_ceil_i64(max_t, o->block_size), rc = 0;
+    for (int32_t b = 0; b < stride; b++) bt[b] = b;
+    for (int64_t t = WARMUP_FIRST_TOKENS; t <= max_t && !rc; t = t == max_t ? max_t + 1 : min_i64(max_t, t * 5 / 4)) {
+        for (int32_t p = 0; p < t; p++) tok[p] = p % m->mc.vocab_size, pos[p] = p, slot[p] = p;
+        qsl[1] = (int32_t)t;
+        int32_t last = (int32_t)t - 1, len = (int32_t)t;
+        eng_step st = {.num_tokens = (int32_t)t, .num_seqs = 1, .token_ids = tok, .positions = pos,
+                       .slot_mapping = slot, .query_start_loc = qsl, .seq_lens = &len,
+                       .block_tables = bt, .block_table_stride = stride, .num_logits = 1,
+                       .logits_rows = &last};
+        rc = cuda_forward(m, &st, e);
     }
-    CU_TRY(end);
-    cudaGraphExec_t exec;
-    cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CU_TRY(inst);
-    m->graphs[m->num_graphs++] = (decode_graph){B, N, bucket, exec};
-    CU_TRY(cudaGraphLaunch(exec, m->stream));
+    free(rows);
+    if (rc) return rc;
+    CU_TRY(cudaStreamSynchronize(m->stream));
     return 0;
 }
 
@@ -618,6 +738,7 @@ const engine_backend_ops cuda_backend_ops = {
     .sample = cuda_sample,
     .logits = cuda_logits,
     .sync = cuda_sync,
+    .warmup = cuda_warmup,
     .destroy = cuda_destroy,
 };
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/clock.h"
 #include "core/kv.h"
 #include "engine/weights.h"
 
@@ -66,7 +67,7 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
             return terr_set(e, "engine: max_seqs x max_model_len is too large; give num_blocks");
         r->num_blocks = (int32_t)nb;
     }
-    if ((int64_t)r->num_blocks * r->block_size > INT32_MAX)
+    if ((int64_t)(r->num_blocks + 1) * r->block_size > INT32_MAX) /* + a backend's scratch block */
         return terr_set(e, "engine: num_blocks x block_size must fit in 31 bits (slot ids)");
 
     wt_source src;
@@ -77,8 +78,19 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
     }
     int rc = eng->ops->open(&eng->self, &eng->mc, r, &src, e);
     wt_source_close(&src);
-    if (rc) eng->self = NULL;
-    return rc;
+    if (rc) {
+        eng->self = NULL;
+        return rc;
+    }
+    if (eng->ops->warmup) {
+        int64_t t0 = clock_mono_ns();
+        if ((rc = eng->ops->warmup(eng->self, e))) {
+            engine_close(eng);
+            return rc;
+        }
+        eng->warmup_ns = clock_mono_ns() - t0;
+    }
+    return 0;
 }
 
 void engine_close(engine *eng)

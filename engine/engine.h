@@ -88,6 +88,9 @@ typedef struct engine_backend_ops {
     int (*logits)(void *self, int32_t n, float *out, terr *e);
     /* Waits until everything enqueued has run. */
     int (*sync)(void *self, terr *e);
+    /* Does at open what the first steps would otherwise pay for (graph captures, first kernel
+     * loads), so that every step of a run is timed warm. May be NULL. */
+    int (*warmup)(void *self, terr *e);
     void (*destroy)(void *self);
 } engine_backend_ops;
 
@@ -98,6 +101,7 @@ typedef struct engine {
     engine_opts opts;           /* as resolved: defaults filled, num_blocks computed */
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
     int32_t last_num_logits;    /* N of the last forward */
+    int64_t warmup_ns;          /* wall time of the backend's warm-up at open */
 } engine;
 
 /* Error codes: bad input (flags, config, weights file, step) vs. a failure of the device. */

@@ -68,6 +68,7 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
         .logits_rows = x->logits_rows,
     };
     if (engine_forward(eng, &s, e)) return -1;
+    int64_t t_launched = clock_mono_ns();
     if (N > 0) {
         for (int32_t k = 0; k < N; k++) {
             x->temp[k] = x->temperature;
@@ -79,10 +80,21 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
     }
     if (engine_sync(eng, e)) return -1;
     for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
-    out->duration_ns = clock_mono_ns() - t0;
+    int64_t t_end = clock_mono_ns();
+    out->duration_ns = t_end - t0;
     if (out->duration_ns <= 0) out->duration_ns = 1;
     out->sampled = x->sampled;
+    /* host work serial with the device: this step's preparation and launches (on the CPU
+     * backend the launch is the forward pass itself) */
+    out->host_ns = t_launched - t0;
     return 0;
+}
+
+/* config.executor: the backend and its warm-up (graph capture, first launches). */
+static json_t *exec_report(void *self)
+{
+    engine_exec *x = self;
+    return json_pack("{s:s,s:f}", "backend", x->eng->ops->name, "warmup_s", (double)x->eng->warmup_ns / 1e9);
 }
 
 static void exec_destroy(void *self)
@@ -97,7 +109,9 @@ static void exec_destroy(void *self)
 
 static const executor_ops engine_executor_ops = {
     .name = "engine",
+    .measures_host = true,
     .execute = exec_step,
+    .report = exec_report,
     .destroy = exec_destroy,
 };
 

@@ -16,8 +16,9 @@
 #
 # Phases:
 #   gpu MODEL   on the GPU machine: writes the traces, profiles MODEL's engine into
-#               configs/profiles/MODEL_h200.csv, runs every workload with `tandem run`, and packs
-#               the measured runs into $OUT/fidelity-MODEL.tar.gz (the device tool brings it back)
+#               configs/profiles/MODEL_h200.csv, runs every workload (or those named in
+#               $WORKLOADS) with `tandem run`, and packs the measured runs into
+#               $OUT/fidelity-MODEL.tar.gz after each (the device tool brings it back)
 #   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz (the measured
 #               runs, committed), simulates each workload with both cost models, runs `tandem
 #               compare`, and writes experiments/results/fidelity/table.csv and steps.csv
@@ -60,14 +61,17 @@ gpu() {
     "$BIN" profile --model "synthetic:$model" --backend cuda --out "configs/profiles/${model}_h200.csv" --quiet
     cp "configs/profiles/${model}_h200.csv" "$dir/"
     echo "[$EXP] $model: profile $((SECONDS - t0)) s"
+    # packed after every workload, so that a lease that ends early still brings back what ran
+    tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
     while IFS='|' read -r name trace flags; do
+        case " ${WORKLOADS:-$name} " in *" $name "*) ;; *) continue ;; esac
         t0=$SECONDS
         # shellcheck disable=SC2086
         "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda $flags --out "$dir/$name" --quiet \
             || echo "[$EXP] $model $name: FAILED"
         echo "[$EXP] $model $name: $((SECONDS - t0)) s"
+        tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
     done < <(workloads)
-    tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
 }
 
 # report: simulate every measured workload with both cost models, compare, and gather the

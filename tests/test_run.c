@@ -32,10 +32,11 @@ static void teardown(void) { free(dir); }
                "--block-size", "4", "--quiet"
 
 /* steps.csv without the columns that measure time (step index, start, duration and the
- * utilisations derived from it): what remains describes the schedule. */
+ * utilisations derived from it, and the host time only a real engine measures): what remains
+ * describes the schedule. */
 static char *steps_schedule(const char *out)
 {
-    static const char *const timing[] = {"step", "start_s", "duration_ms", "mfu", "mbu"};
+    static const char *const timing[] = {"step", "start_s", "duration_ms", "mfu", "mbu", "host_us", "sched_us"};
     char path[4300];
     snprintf(path, sizeof path, "%s/steps.csv", out);
     char *csv = slurp(path, NULL);
@@ -89,6 +90,16 @@ START_TEST(engine_and_simulator_run_the_same_schedule)
     char *p = strstr(js, "\"num_preemptions\": ");
     ck_assert_msg(p && atoi(p + 19) > 0, "no preemption in the engine run");
     ck_assert_msg(strstr(js, "\"completed\": 12"), "%s", js);
+    ck_assert_msg(strstr(js, "\"host_us\""), "summary.json of a run lacks the executor's host time");
+    free(js);
+    /* host time is a measurement of the engine's: run's steps.csv has it, sim's does not */
+    snprintf(path, sizeof path, "%s/steps.csv", run_out);
+    js = slurp(path, NULL);
+    ck_assert_msg(strstr(js, ",host_us,sched_us\n"), "run's steps.csv has no host_us, sched_us columns");
+    free(js);
+    snprintf(path, sizeof path, "%s/steps.csv", sim_out);
+    js = slurp(path, NULL);
+    ck_assert_msg(!strstr(js, "host_us"), "sim's steps.csv claims a measured host time");
     free(js);
     free(a);
     free(b);
