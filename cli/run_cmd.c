@@ -7,8 +7,8 @@
  *
  * KV blocks: on the GPU, as many as the memory accounting of `sim` gives (or
  * --num-gpu-blocks-override); on the CPU backend, enough for max_num_seqs sequences of
- * max_model_len unless overridden. Not supported on the engine (yet): swap preemption and the
- * static policy's padding rows; both are refused before anything runs.
+ * max_model_len unless overridden. Swap preemption copies blocks to a host pool of
+ * --swap-space; the static policy's padding rows run as real work (engine_executor.c).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -117,14 +117,6 @@ int run_main(int argc, char **argv)
     }
     if (o.repeat > 1 && !out) {
         terr_set(&e, "--repeat %lld needs --out DIR (each repeat writes DIR/1, DIR/2, ...)", (long long)o.repeat);
-        goto fail;
-    }
-    if (su.sched.preemption_mode == PREEMPT_SWAP) {
-        terr_set(&e, "--preemption-mode swap: the engine cannot swap KV blocks to host memory yet");
-        goto fail;
-    }
-    if (strcmp(su.policy->name, "static") == 0) {
-        terr_set(&e, "--scheduling-policy static pads batches, which the engine does not run; simulate it");
         goto fail;
     }
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;

@@ -70,24 +70,26 @@ int32_t batch_remove(batch *b, const request *r)
     return 0;
 }
 
-static void push_swap(kv_swap **arr, int32_t *n, int32_t *cap, int32_t gpu, int32_t host)
+static void push_swap(kv_swap **arr, int32_t *n, int32_t *cap, int32_t gpu, int32_t host, int32_t order)
 {
     if (*n == *cap) {
         size_t c = (size_t)*cap;
         grow_array((void **)arr, sizeof **arr, &c, c + 1);
         *cap = (int32_t)c;
     }
-    (*arr)[(*n)++] = (kv_swap){gpu, host};
+    (*arr)[(*n)++] = (kv_swap){gpu, host, order};
 }
 
 void batch_add_swap_out(batch *b, int32_t gpu_block, int32_t host_block)
 {
-    push_swap(&b->swap_out, &b->num_swap_out, &b->cap_swap_out, gpu_block, host_block);
+    push_swap(&b->swap_out, &b->num_swap_out, &b->cap_swap_out, gpu_block, host_block,
+              b->num_swap_out + b->num_swap_in);
 }
 
 void batch_add_swap_in(batch *b, int32_t gpu_block, int32_t host_block)
 {
-    push_swap(&b->swap_in, &b->num_swap_in, &b->cap_swap_in, gpu_block, host_block);
+    push_swap(&b->swap_in, &b->num_swap_in, &b->cap_swap_in, gpu_block, host_block,
+              b->num_swap_out + b->num_swap_in);
 }
 
 void batch_note_preempted(batch *b, request *r)

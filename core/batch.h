@@ -32,6 +32,8 @@ typedef struct sched_item {
 typedef struct kv_swap {
     int32_t gpu_block;
     int32_t host_block;
+    int32_t order; /* place among the pass's swaps, outs and ins together: a block freed by one
+                      swap may be reused by a later one, so a real copier keeps this order */
 } kv_swap;
 
 typedef struct batch {

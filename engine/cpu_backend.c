@@ -33,7 +33,8 @@ typedef struct cpu_model {
     float *final_norm; /* (h) */
     float *lm_head;    /* (V, h); == embed when tied */
     cpu_layer *layers; /* (L) */
-    float *kv;         /* (L, 2, num_blocks * block_size, nkv, hd) */
+    float *kv;         /* (L, 2, (num_blocks + 1) * block_size, nkv, hd): + the pad block */
+    float *host_kv;    /* (num_host_blocks, L, 2, block_size, nkv, hd): the swap pool */
     float *inv_freq;   /* (hd/2) */
     /* workspace, sized for max_tokens rows */
     float *x;      /* (T, h) residual stream */
@@ -56,7 +57,7 @@ static void cpu_destroy(void *self)
         free(L->attn_norm), free(L->wqkv), free(L->wo), free(L->mlp_norm), free(L->wgu), free(L->wdown);
     }
     if (m->lm_head != m->embed) free(m->lm_head);
-    free(m->embed), free(m->final_norm), free(m->layers), free(m->kv), free(m->inv_freq);
+    free(m->embed), free(m->final_norm), free(m->layers), free(m->kv), free(m->host_kv), free(m->inv_freq);
     free(m->x), free(m->xn), free(m->qkv), free(m->attn), free(m->tmp), free(m->gu), free(m->act);
     free(m->logits), free(m->scratch);
     free(m);
@@ -125,8 +126,11 @@ static int cpu_open(void **self, const model_config *mc, const engine_opts *o,
     }
     free(ts);
 
-    int64_t slots = (int64_t)o->num_blocks * o->block_size;
+    int64_t slots = (int64_t)(o->num_blocks + 1) * o->block_size;
     m->kv = xcalloc((size_t)(mc->num_layers * 2 * slots * kvd), sizeof(float));
+    if (o->num_host_blocks)
+        m->host_kv = xcalloc((size_t)o->num_host_blocks * (size_t)(mc->num_layers * 2 * o->block_size * kvd),
+                             sizeof(float));
     m->inv_freq = xmalloc(sizeof(float) * (size_t)(mc->head_dim / 2));
     cpu_rope_inv_freq(mc, m->inv_freq);
     m->x = xmalloc(sizeof(float) * (size_t)(T * h));
@@ -151,7 +155,7 @@ static int cpu_forward(void *self, const eng_step *s, terr *e)
     int32_t qkv_dim = (nh + 2 * nkv) * hd;
     float eps = (float)mc->rms_norm_eps;
     int rb = m->o.cpu_round_bf16;
-    int64_t layer_kv = (int64_t)m->o.num_blocks * m->o.block_size * nkv * hd;
+    int64_t layer_kv = (int64_t)(m->o.num_blocks + 1) * m->o.block_size * nkv * hd;
 
     cpu_embed(m->embed, s->token_ids, T, h, m->x);
     for (int32_t l = 0; l < mc->num_layers; l++) {
@@ -202,6 +206,22 @@ static int cpu_logits(void *self, int32_t n, float *out, terr *e)
     return 0;
 }
 
+/* Each block's K and V of every layer, between the cache and the host pool. */
+static int cpu_swap(void *self, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e)
+{
+    cpu_model *m = self;
+    int64_t blk = (int64_t)m->o.block_size * m->mc.num_kv_heads * m->mc.head_dim; /* floats */
+    int64_t layer_kv = (int64_t)(m->o.num_blocks + 1) * blk, parts = 2 * m->mc.num_layers;
+    size_t bytes = sizeof(float) * (size_t)blk;
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t p = 0; p < parts; p++) {
+            float *d = m->kv + p * layer_kv + dev[i] * blk, *h = m->host_kv + (host[i] * parts + p) * blk;
+            if (to_host) memcpy(h, d, bytes);
+            else memcpy(d, h, bytes);
+        }
+    return 0;
+}
+
 static int cpu_sync(void *self, terr *e)
 {
     (void)self, (void)e;
@@ -214,6 +234,7 @@ const engine_backend_ops cpu_backend_ops = {
     .forward = cpu_forward,
     .sample = cpu_sample,
     .logits = cpu_logits,
+    .swap = cpu_swap,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
 };

@@ -123,6 +123,16 @@ typedef struct cuda_model {
     cudaGraphExec_t *graphs; /* (num_graph_sizes * num_buckets), NULL until captured */
     int32_t scratch_block;   /* KV block after the scheduler's num_blocks: padding rows write it */
     uint8_t *row_used;       /* (max_seqs) host scratch for ordering a padded step's logits rows */
+    /* swap (engine.h): a pinned host pool, copied on a stream of its own */
+    bf16_t *host_kv;           /* (num_host_blocks, L, 2, block elements) */
+    cudaStream_t swap_stream;
+    cudaEvent_t forwarded, swapped; /* end of the last enqueued forward / swap */
+    bool wait_swap;            /* the next forward must wait for `swapped` (a swap-in) */
+    uint8_t *swapping_out;     /* (num_blocks) read by a swap-out that may still run */
+    int32_t *out_blocks;       /* (num_out) the blocks marked in swapping_out */
+    int32_t num_out, cap_out;
+    void **cp_dst, **cp_src;   /* batched copy arguments, grown as needed */
+    size_t *cp_size, cp_cap;
 } cuda_model;
 
 static meta_layout layout_for(int32_t T, int32_t B, int32_t N, int32_t nd, int32_t np, int32_t S)
@@ -167,6 +177,11 @@ static void cuda_destroy(void *self)
     cuda_model *m = self;
     if (!m) return;
     if (m->stream) cudaStreamSynchronize(m->stream);
+    if (m->swap_stream) cudaStreamSynchronize(m->swap_stream), cudaStreamDestroy(m->swap_stream);
+    if (m->forwarded) cudaEventDestroy(m->forwarded);
+    if (m->swapped) cudaEventDestroy(m->swapped);
+    cudaFreeHost(m->host_kv);
+    free(m->swapping_out), free(m->out_blocks), free(m->cp_dst), free(m->cp_src), free(m->cp_size);
     for (int32_t i = 0; m->graphs && i < m->num_graph_sizes * m->num_buckets; i++)
         if (m->graphs[i]) cudaGraphExecDestroy(m->graphs[i]);
     free(m->graphs), free(m->graph_sizes), free(m->row_used);
@@ -403,6 +418,21 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     CU(cudaMallocHost((void **)&m->h_samp, (size_t)(3 * N) * 4));
     TRY(dev_alloc((void **)&m->d_tok, (size_t)N * 4, "sampling", e));
     CU(cudaMallocHost((void **)&m->h_tok, (size_t)N * 4));
+    if (o->num_host_blocks) {
+        size_t pool = (size_t)o->num_host_blocks * (size_t)(2 * mc->num_layers) * (size_t)o->block_size *
+                      (size_t)(mc->num_kv_heads * hd) * 2;
+        cudaError_t herr = cudaHostAlloc((void **)&m->host_kv, pool, cudaHostAllocDefault);
+        if (herr != cudaSuccess) {
+            m->host_kv = NULL;
+            rc = terr_set(e, "cuda: pinning %.3f GB of host memory for the swap space failed: %s", pool / 1e9,
+                          cudaGetErrorString(herr));
+            goto fail;
+        }
+        CU(cudaStreamCreateWithFlags(&m->swap_stream, cudaStreamNonBlocking));
+        CU(cudaEventCreateWithFlags(&m->forwarded, cudaEventDisableTiming));
+        CU(cudaEventCreateWithFlags(&m->swapped, cudaEventDisableTiming));
+        m->swapping_out = xcalloc((size_t)o->num_blocks, 1);
+    }
     CU(cudaStreamSynchronize(m->stream));
     return 0;
 #undef TRY
@@ -602,9 +632,81 @@ static int forward_decode_graph(cuda_model *m, const eng_step *s, int32_t max_le
     return 0;
 }
 
+/* Swaps copy every layer's K and V of each block with one batched copy on the swap stream, after
+ * the forward passes enqueued so far (a swap-out reads what they wrote). The copy engines do the
+ * work, so a swap-out runs beside the next forward pass unless that pass writes one of the blocks
+ * being copied out (wait_for_swaps); a swap-in is always waited for, since the step that swaps a
+ * request in runs it. */
+static int cuda_swap(void *self, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e)
+{
+    cuda_model *m = self;
+    const model_config *mc = &m->mc;
+    size_t parts = 2 * (size_t)mc->num_layers, count = (size_t)n * parts;
+    int64_t blk = (int64_t)m->o.block_size * mc->num_kv_heads * mc->head_dim; /* elements */
+    if (count > m->cp_cap) {
+        m->cp_cap = count;
+        m->cp_dst = xrealloc(m->cp_dst, count * sizeof *m->cp_dst);
+        m->cp_src = xrealloc(m->cp_src, count * sizeof *m->cp_src);
+        m->cp_size = xrealloc(m->cp_size, count * sizeof *m->cp_size);
+    }
+    for (int32_t i = 0; i < n; i++)
+        for (size_t p = 0; p < parts; p++) {
+            size_t k = (size_t)i * parts + p;
+            bf16_t *d = m->kv + (int64_t)p * m->layer_kv + dev[i] * blk;
+            bf16_t *h = m->host_kv + ((int64_t)host[i] * (int64_t)parts + (int64_t)p) * blk;
+            m->cp_dst[k] = to_host ? (void *)h : (void *)d;
+            m->cp_src[k] = to_host ? (void *)d : (void *)h;
+            m->cp_size[k] = (size_t)blk * 2;
+        }
+    CU_TRY(cudaEventRecord(m->forwarded, m->stream));
+    CU_TRY(cudaStreamWaitEvent(m->swap_stream, m->forwarded, 0));
+    struct cudaMemcpyAttributes attr = {
+        .srcAccessOrder = cudaMemcpySrcAccessOrderStream,
+        .flags = cudaMemcpyFlagPreferOverlapWithCompute,
+    };
+    size_t attr_at = 0;
+    cudaError_t err = cudaMemcpyBatchAsync(m->cp_dst, (const void *const *)m->cp_src, m->cp_size, count, &attr,
+                                           &attr_at, 1, m->swap_stream);
+    if (err == cudaErrorNotSupported) { /* a driver without batched copies: one call each */
+        (void)cudaGetLastError();
+        for (size_t k = 0; k < count; k++)
+            CU_TRY(cudaMemcpyAsync(m->cp_dst[k], m->cp_src[k], m->cp_size[k], cudaMemcpyDefault, m->swap_stream));
+    } else {
+        CU_TRY(err);
+    }
+    CU_TRY(cudaEventRecord(m->swapped, m->swap_stream));
+    if (!to_host) {
+        m->wait_swap = true;
+        return 0;
+    }
+    if (m->num_out + n > m->cap_out) {
+        m->cap_out = m->num_out + n;
+        m->out_blocks = xrealloc(m->out_blocks, sizeof *m->out_blocks * (size_t)m->cap_out);
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (!m->swapping_out[dev[i]]++) m->out_blocks[m->num_out++] = dev[i];
+    return 0;
+}
+
+/* Before a forward pass: waits for the swaps it depends on (see cuda_swap). */
+static int wait_for_swaps(cuda_model *m, const eng_step *s, terr *e)
+{
+    if (!m->wait_swap && m->num_out == 0) return 0;
+    bool wait = m->wait_swap;
+    for (int32_t t = 0; t < s->num_tokens && !wait; t++)
+        wait = m->swapping_out[s->slot_mapping[t] / m->o.block_size];
+    if (!wait) return 0;
+    CU_TRY(cudaStreamWaitEvent(m->stream, m->swapped, 0));
+    for (int32_t i = 0; i < m->num_out; i++) m->swapping_out[m->out_blocks[i]] = 0;
+    m->num_out = 0;
+    m->wait_swap = false;
+    return 0;
+}
+
 static int cuda_forward(void *self, const eng_step *s, terr *e)
 {
     cuda_model *m = self;
+    if (wait_for_swaps(m, s, e)) return ENGINE_ERR_DEVICE;
     int32_t T = s->num_tokens, B = s->num_seqs, N = s->num_logits;
     int32_t nd = 0, np = 0, max_len = 0;
     for (int32_t b = 0; b < B; b++) {
@@ -737,6 +839,7 @@ const engine_backend_ops cuda_backend_ops = {
     .forward = cuda_forward,
     .sample = cuda_sample,
     .logits = cuda_logits,
+    .swap = cuda_swap,
     .sync = cuda_sync,
     .warmup = cuda_warmup,
     .destroy = cuda_destroy,

@@ -57,7 +57,7 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
     bool synthetic;
     if (engine_resolve_model(r->model, &eng->mc, &synthetic, e)) return ENGINE_ERR_INPUT;
     if (r->block_size < 1 || r->max_tokens < 1 || r->max_seqs < 1 || r->num_blocks < 0 ||
-        r->max_model_len < 0)
+        r->max_model_len < 0 || r->num_host_blocks < 0)
         return terr_set(e, "engine: block_size, max_tokens and max_seqs must be positive");
     if (r->max_model_len == 0) r->max_model_len = eng->mc.max_position_embeddings;
     eng->max_blocks_per_seq = (int32_t)div_ceil_i64(r->max_model_len, r->block_size);
@@ -67,7 +67,7 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
             return terr_set(e, "engine: max_seqs x max_model_len is too large; give num_blocks");
         r->num_blocks = (int32_t)nb;
     }
-    if ((int64_t)(r->num_blocks + 1) * r->block_size > INT32_MAX) /* + a backend's scratch block */
+    if ((int64_t)(r->num_blocks + 1) * r->block_size > INT32_MAX) /* + the pad block */
         return terr_set(e, "engine: num_blocks x block_size must fit in 31 bits (slot ids)");
 
     wt_source src;
@@ -122,9 +122,9 @@ static int check_step(const engine *eng, const eng_step *s, terr *e)
                             (len + bs - 1) / bs, s->block_table_stride);
         const int32_t *bt = s->block_tables + (int64_t)b * s->block_table_stride;
         for (int32_t k = 0; k < (len + bs - 1) / bs; k++)
-            if (bt[k] < 0 || bt[k] >= o->num_blocks)
-                return terr_set(e, "step: sequence %d block %d is %d (num_blocks %d)", b, k, bt[k],
-                                o->num_blocks);
+            if (bt[k] < 0 || bt[k] > o->num_blocks)
+                return terr_set(e, "step: sequence %d block %d is %d (num_blocks %d, then the pad block)", b, k,
+                                bt[k], o->num_blocks);
         for (int32_t i = 0; i < n; i++) {
             int32_t t = q0 + i, pos = len - n + i;
             if (s->positions[t] != pos)
@@ -176,3 +176,24 @@ int engine_logits(engine *eng, float *out, terr *e)
 }
 
 int engine_sync(engine *eng, terr *e) { return eng->ops->sync(eng->self, e); }
+
+int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e)
+{
+    const engine_opts *o = &eng->opts;
+    if (n == 0) return 0;
+    if (n < 0 || !eng->ops->swap || o->num_host_blocks == 0)
+        return terr_set(e, "swap: the engine was opened without a host swap pool (num_host_blocks 0)");
+    const int32_t *dst = to_host ? host : dev;
+    uint8_t *seen = xcalloc((size_t)(to_host ? o->num_host_blocks : o->num_blocks), 1);
+    int rc = 0;
+    for (int32_t i = 0; i < n && !rc; i++) {
+        if (dev[i] < 0 || dev[i] >= o->num_blocks || host[i] < 0 || host[i] >= o->num_host_blocks)
+            rc = terr_set(e, "swap: block %d <-> host block %d is outside %d device / %d host blocks", dev[i],
+                          host[i], o->num_blocks, o->num_host_blocks);
+        else if (seen[dst[i]]++)
+            rc = terr_set(e, "swap %s: %s block %d is written twice", to_host ? "out" : "in",
+                          to_host ? "host" : "device", dst[i]);
+    }
+    free(seen);
+    return rc ? ENGINE_ERR_INPUT : eng->ops->swap(eng->self, to_host, n, dev, host, e);
+}

@@ -16,12 +16,22 @@
  * in slot bt[p / block_size] * block_size + p % block_size. Block ids are the scheduler's; the
  * engine never allocates them.
  *
+ * One block more than num_blocks is allocated: the pad block, id num_blocks (engine_pad_block),
+ * which no request owns. Rows that are computed for nothing (static batching's padding) write
+ * their KV there; its contents are never meaningful.
+ *
+ * Swap (preemption by swapping, vLLM's swap_blocks): a pool of num_host_blocks blocks in host
+ * memory (pinned on the GPU), each holding one block's K and V of every layer. engine_swap copies
+ * a set of blocks out (device -> host) or in (host -> device); copies run in call order, and the
+ * next forward pass sees them.
+ *
  * Step invariants (checked by engine_forward, an error otherwise):
  *   - the rows of sequence b are query_start_loc[b] .. query_start_loc[b+1]-1 (at least one);
  *   - they are the last positions of the sequence: positions[query_start_loc[b] + i] ==
  *     seq_lens[b] - n_b + i, where n_b is the row count; earlier positions are in the cache;
  *   - slot_mapping agrees with the block table;
- *   - T <= max_tokens, B <= max_seqs, seq_lens[b] <= max_model_len, ids < vocab, blocks < num_blocks.
+ *   - T <= max_tokens, B <= max_seqs, seq_lens[b] <= max_model_len, ids < vocab, blocks <= num_blocks
+ *     (the pad block may repeat in a table: a padding sequence's every block is the pad block).
  */
 #ifndef TANDEM_ENGINE_H
 #define TANDEM_ENGINE_H
@@ -64,6 +74,7 @@ typedef struct engine_opts {
     uint64_t weight_seed;      /* synthetic weights */
     int32_t block_size;        /* tokens per KV block (default KV_DEFAULT_BLOCK_SIZE) */
     int32_t num_blocks;        /* KV blocks per layer (0: enough for max_seqs x max_model_len) */
+    int32_t num_host_blocks;   /* swap pool, in blocks (0: no swapping) */
     int32_t max_tokens;        /* T per step: the workspace is sized for it (default 2048) */
     int32_t max_seqs;          /* B per step (default 256) */
     int32_t max_model_len;     /* tokens per sequence (0: the config's max_position_embeddings) */
@@ -86,6 +97,9 @@ typedef struct engine_backend_ops {
     int (*sample)(void *self, int32_t n, const eng_sampling *sp, int32_t *out, terr *e);
     /* Copies the last step's logits, (n, vocab) float32, to host memory. */
     int (*logits)(void *self, int32_t n, float *out, terr *e);
+    /* Copies n blocks dev[i] -> host[i] (to_host) or host[i] -> dev[i], after what was enqueued
+     * before and ahead of the next forward pass (ids validated, destinations distinct). */
+    int (*swap)(void *self, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e);
     /* Waits until everything enqueued has run. */
     int (*sync)(void *self, terr *e);
     /* Does at open what the first steps would otherwise pay for (graph captures, first kernel
@@ -116,6 +130,11 @@ int engine_forward(engine *eng, const eng_step *s, terr *e);
 int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e);
 int engine_logits(engine *eng, float *out, terr *e);
 int engine_sync(engine *eng, terr *e);
+/* Swaps n blocks out (to_host) or in (see above). Ids must lie within num_blocks and
+ * num_host_blocks, and no destination may appear twice. */
+int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e);
+/* The block padding rows write (see above). */
+static inline int32_t engine_pad_block(const engine *eng) { return eng->opts.num_blocks; }
 /* The backend names, for --help. */
 const char *engine_backend_names(void);
 

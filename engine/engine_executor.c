@@ -20,22 +20,76 @@ typedef struct engine_exec {
     float *temp, *topp, *unif;               /* (max_seqs) */
     int32_t *picked;                         /* (max_seqs) one per emitting item */
     int32_t *sampled;                        /* (max_seqs) per batch item, for the loop */
+    /* swaps, in the order the policy made them (kv_swap.order) */
+    kv_swap *swaps;
+    int32_t swap_cap;
+    int32_t *swap_dev, *swap_host; /* (swap_cap) one run's ids */
+    uint8_t *written;              /* (max(num_blocks, num_host_blocks)) destinations of the run */
 } engine_exec;
+
+static int by_order(const void *a, const void *b)
+{
+    return ((const kv_swap *)a)->order - ((const kv_swap *)b)->order;
+}
+
+/* The step's swaps in the policy's order, as runs of one direction that write no block twice
+ * (within a run the copies are unordered). A block freed by one swap may be refilled by a later
+ * one in the same pass, so the order matters. */
+static int do_swaps(engine_exec *x, const batch *b, terr *e)
+{
+    int32_t n = b->num_swap_out + b->num_swap_in;
+    if (n == 0) return 0;
+    if (n > x->swap_cap) {
+        x->swap_cap = n;
+        x->swaps = xrealloc(x->swaps, sizeof *x->swaps * (size_t)n);
+        x->swap_dev = xrealloc(x->swap_dev, sizeof *x->swap_dev * (size_t)n);
+        x->swap_host = xrealloc(x->swap_host, sizeof *x->swap_host * (size_t)n);
+    }
+    memcpy(x->swaps, b->swap_out, sizeof *x->swaps * (size_t)b->num_swap_out);
+    memcpy(x->swaps + b->num_swap_out, b->swap_in, sizeof *x->swaps * (size_t)b->num_swap_in);
+    for (int32_t i = 0; i < b->num_swap_out; i++) x->swaps[i].order = x->swaps[i].order * 2; /* tag: out */
+    for (int32_t i = b->num_swap_out; i < n; i++) x->swaps[i].order = x->swaps[i].order * 2 + 1;
+    qsort(x->swaps, (size_t)n, sizeof *x->swaps, by_order);
+    for (int32_t i = 0; i < n;) {
+        bool out = !(x->swaps[i].order & 1);
+        int32_t k = 0;
+        for (; i < n && !(x->swaps[i].order & 1) == out; i++) {
+            int32_t dst = out ? x->swaps[i].host_block : x->swaps[i].gpu_block;
+            if (x->written[dst]) break;
+            x->written[dst] = 1;
+            x->swap_dev[k] = x->swaps[i].gpu_block, x->swap_host[k++] = x->swaps[i].host_block;
+        }
+        for (int32_t j = 0; j < k; j++) x->written[out ? x->swap_host[j] : x->swap_dev[j]] = 0;
+        if (engine_swap(x->eng, out, k, x->swap_dev, x->swap_host, e)) return -1;
+    }
+    return 0;
+}
 
 static int exec_step(void *self, const batch *b, step_result *out, terr *e)
 {
     engine_exec *x = self;
     engine *eng = x->eng;
     const engine_opts *o = &eng->opts;
-    if (b->num_swap_in || b->num_swap_out)
-        return terr_set(e, "the engine cannot swap KV blocks to host memory yet: use --preemption-mode recompute");
-    if (b->num_padding_tokens)
-        return terr_set(e, "the engine does not run padding rows (static batching): simulate that policy instead");
-    if (b->num_items > o->max_seqs || b->num_tokens > o->max_tokens)
-        return terr_set(e, "a step of %d requests / %lld tokens exceeds the engine's %d / %d", b->num_items,
-                        (long long)b->num_tokens, o->max_seqs, o->max_tokens);
     int64_t t0 = clock_mono_ns();
-    int32_t bs = o->block_size, stride = eng->max_blocks_per_seq, T = 0, N = 0;
+    if (do_swaps(x, b, e)) return -1;
+    if (b->num_items == 0) { /* a pass that only swapped out */
+        if (engine_sync(eng, e)) return -1;
+        out->duration_ns = max_i64(clock_mono_ns() - t0, 1);
+        out->host_ns = out->duration_ns;
+        return 0;
+    }
+    /* Padding rows (static batching) run through the model as sequences of their own on the pad
+     * block: one row each beside decoding requests (a finished member of the batch still
+     * decodes), else up to a block of rows each, whose attention is negligible, as the cost
+     * model assumes. */
+    int32_t bs = o->block_size, pad = engine_pad_block(eng);
+    bool all_decode = b->num_prefill_tokens == 0;
+    int64_t P = b->num_padding_tokens, pad_rows_per_seq = all_decode ? 1 : bs;
+    int64_t pad_seqs = (P + pad_rows_per_seq - 1) / pad_rows_per_seq;
+    if (b->num_items + pad_seqs > o->max_seqs || b->num_tokens + P > o->max_tokens)
+        return terr_set(e, "a step of %d requests / %lld tokens (%lld of them padding) exceeds the engine's %d / %d",
+                        b->num_items, (long long)(b->num_tokens + P), (long long)P, o->max_seqs, o->max_tokens);
+    int32_t stride = eng->max_blocks_per_seq, T = 0, N = 0, B = b->num_items;
     for (int32_t i = 0; i < b->num_items; i++) {
         const sched_item *it = &b->items[i];
         const request *r = it->req;
@@ -53,10 +107,22 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
         memcpy(x->tables + (size_t)i * stride, r->blocks.ids, (size_t)r->blocks.len * sizeof(int32_t));
         if (it->emits_token) x->logits_rows[N++] = T - 1;
     }
-    x->qsl[b->num_items] = T;
+    for (int64_t left = P; left > 0; B++) {
+        int32_t n = (int32_t)min_i64(left, pad_rows_per_seq);
+        x->qsl[B] = T;
+        for (int32_t p = 0; p < n; p++, T++) {
+            x->token_ids[T] = 0;
+            x->positions[T] = p;
+            x->slots[T] = pad * bs + p;
+        }
+        x->seq_lens[B] = n;
+        x->tables[(size_t)B * stride] = pad;
+        left -= n;
+    }
+    x->qsl[B] = T;
     eng_step s = {
         .num_tokens = T,
-        .num_seqs = b->num_items,
+        .num_seqs = B,
         .token_ids = x->token_ids,
         .positions = x->positions,
         .slot_mapping = x->slots,
@@ -103,6 +169,7 @@ static void exec_destroy(void *self)
     if (x->rng) gsl_rng_free(x->rng);
     free(x->token_ids), free(x->positions), free(x->slots), free(x->qsl), free(x->seq_lens);
     free(x->tables), free(x->logits_rows), free(x->temp), free(x->topp), free(x->unif);
+    free(x->swaps), free(x->swap_dev), free(x->swap_host), free(x->written);
     free(x->picked), free(x->sampled);
     free(x);
 }
@@ -142,6 +209,7 @@ int engine_executor_create(executor *ex, engine *eng, double temperature, double
     x->unif = xmalloc(B * sizeof(float));
     x->picked = xmalloc(B * sizeof(int32_t));
     x->sampled = xmalloc(B * sizeof(int32_t));
+    x->written = xcalloc((size_t)max_i32(o->num_blocks, o->num_host_blocks), 1);
     *ex = (executor){&engine_executor_ops, x};
     return 0;
 }

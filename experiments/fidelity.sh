@@ -13,11 +13,16 @@
 #   mixed-vllm, mixed-sarathi, mixed-vllm-v0
 #               400 ShareGPT-length requests at t = 0 under each policy
 #   preempt     chat with a KV cache of 2,000 blocks: preemptions (recompute)
+#   preempt-swap  the same, preempting by swapping to host memory
+#   static, static-vllm
+#               Azure chat, first 400 requests, --time-scale 0.5, --max-num-seqs 64, under
+#               static batching and under vllm: the continuous-vs-static question, measured
 #
 # Phases:
 #   gpu MODEL   on the GPU machine: writes the traces, profiles MODEL's engine into
-#               configs/profiles/MODEL_h200.csv, runs every workload (or those named in
-#               $WORKLOADS) with `tandem run`, and packs the measured runs into
+#               configs/profiles/MODEL_h200.csv (unless the measured folder has its profile
+#               already: a run split over several leases), runs every workload (or those named
+#               in $WORKLOADS) with `tandem run`, and packs the measured runs into
 #               $OUT/fidelity-MODEL.tar.gz after each (the device tool brings it back)
 #   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz (the measured
 #               runs, committed), simulates each workload with both cost models, runs `tandem
@@ -42,6 +47,9 @@ mixed-vllm|$RAW/mixed400.csv|--scheduling-policy vllm
 mixed-sarathi|$RAW/mixed400.csv|--scheduling-policy sarathi
 mixed-vllm-v0|$RAW/mixed400.csv|--scheduling-policy vllm-v0
 preempt|$chat|--max-requests 1000 --time-scale 0.25 --num-gpu-blocks-override 2000
+preempt-swap|$chat|--max-requests 1000 --time-scale 0.25 --num-gpu-blocks-override 2000 --preemption-mode swap
+static|$chat|--max-requests 400 --time-scale 0.5 --max-num-seqs 64 --scheduling-policy static
+static-vllm|$chat|--max-requests 400 --time-scale 0.5 --max-num-seqs 64
 EOW
 }
 
@@ -58,9 +66,13 @@ gpu() {
     local dir=$RAW/measured-$model
     mkdir -p "$dir" configs/profiles
     local t0=$SECONDS
-    "$BIN" profile --model "synthetic:$model" --backend cuda --out "configs/profiles/${model}_h200.csv" --quiet
-    cp "configs/profiles/${model}_h200.csv" "$dir/"
-    echo "[$EXP] $model: profile $((SECONDS - t0)) s"
+    if [ -f "$dir/${model}_h200.csv" ]; then
+        cp "$dir/${model}_h200.csv" configs/profiles/
+    else
+        "$BIN" profile --model "synthetic:$model" --backend cuda --out "configs/profiles/${model}_h200.csv" --quiet
+        cp "configs/profiles/${model}_h200.csv" "$dir/"
+        echo "[$EXP] $model: profile $((SECONDS - t0)) s"
+    fi
     # packed after every workload, so that a lease that ends early still brings back what ran
     tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
     while IFS='|' read -r name trace flags; do

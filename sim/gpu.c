@@ -11,9 +11,10 @@
  * The H100 SXM and A100 rows were not measured: they are datasheet peaks scaled by the ratios
  * achieved/peak seen on the H200 (copy 4.28/4.8, weight streaming 3.46/4.8, GEMM 780/989.4).
  *
- * Host link (swap): pinned-memory cudaMemcpy over PCIe, one direction at a time. Gen5 x16 is
- * 64 GB/s raw per direction and ~55 GB/s achieved on H100/H200 hosts; Gen4 x16 is 32 GB/s raw
- * and ~25 GB/s achieved on A100 hosts. Swap-in and swap-out of one step are costed back to
+ * Host link (swap): pinned-memory copies over PCIe, one direction at a time. Gen5 x16 is 64 GB/s
+ * raw per direction; the engine's batched swap copies measured 43.7-50.2 GB/s on the H200
+ * (`bench_engine_gpu swap`: 45.9 GB/s at 128 blocks of 8.4 MB, out and in alike), ~55 GB/s is
+ * reported for H100 hosts; Gen4 x16 is 32 GB/s raw and ~25 GB/s achieved on A100 hosts. Swap-in and swap-out of one step are costed back to
  * back, not overlapped (full duplex would allow it; vLLM does not).
  */
 #include <string.h>
@@ -53,14 +54,14 @@ static const gpu_spec gpus[] = {
         .mem_bytes = 143771 * MIB,
         .mem_bw_bytes_s = 4.28e12,
         .bf16_flops = 780e12,
-        .host_link_bytes_s = 55e9,
+        .host_link_bytes_s = 46e9,
         .weight_stream_bytes_s = 3.46e12,
         .peak_mem_bw_bytes_s = H200_PEAK_BW,
         .peak_bf16_flops = H200_PEAK_FLOPS,
         .roofline = H200_ROOFLINE,
         .source = "measured on this project's H200: D2D copy 4.28 TB/s (read+write), cuBLAS "
                   "bf16 GEMM ~780 TFLOP/s, batch-1 4096x11008 GEMM weights at 3.46 TB/s, "
-                  "nvidia-smi 143771 MiB; host link PCIe Gen5 x16 ~55 GB/s achieved (assumed)",
+                  "nvidia-smi 143771 MiB; swap copies over PCIe Gen5 x16 46 GB/s",
     },
     {
         .name = "h100-sxm",

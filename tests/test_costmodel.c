@@ -226,7 +226,7 @@ START_TEST(test_shipped_profile_is_auto_and_prices_swaps_and_padding)
     int64_t base = profile_cost_model.step_ns(m, &d);
     d.swap_blocks = 10;
     int64_t swapped = profile_cost_model.step_ns(m, &d);
-    double per_block_ns = 8388608.0 / 55e9 * 1e9; /* 2 x 32 layers x 16 tokens x 4096 x 2 bytes */
+    double per_block_ns = 8388608.0 / gpu("h200")->host_link_bytes_s * 1e9; /* 2 x 32 layers x 16 tokens x 4096 x 2 bytes */
     ck_assert_msg(fabs((double)(swapped - base) - 10 * per_block_ns) < 10, "10 swapped blocks add %lld ns, want %.0f",
                   (long long)(swapped - base), 10 * per_block_ns);
     step_shape p = {.num_items = 1, .num_prefill_seqs = 1, .num_emitting = 1, .prefill_tokens = 4, .prefill_pairs2 = 20,
@@ -567,7 +567,7 @@ START_TEST(test_swaps_cost_bytes_over_host_link)
     add_decode(&b, 0, 100);
     int64_t base = predict(m, &b);
     /* One 16-token block of Llama-2-7B is 8 MiB; at 55 GB/s that is 152.52 us. */
-    double per_block_ns = 8388608.0 / 55e9 * 1e9;
+    double per_block_ns = 8388608.0 / gpu("h200")->host_link_bytes_s * 1e9;
     for (int k = 1; k <= 256; k *= 4) {
         for (int i = 0; i < k; i++) {
             if (i % 2) batch_add_swap_in(&b, i, i);
@@ -653,7 +653,7 @@ START_TEST(test_sim_executor_reports_cost_model_time)
     /* The executor's model has 32-token blocks: its swap costs 16 MiB, one more 8 MiB block
      * than the 16-token default. */
     int64_t ref = predict(m, &b);
-    double extra = 8388608.0 / 55e9 * 1e9;
+    double extra = 8388608.0 / gpu("h200")->host_link_bytes_s * 1e9;
     ck_assert_msg(fabs((double)(r.duration_ns - ref) - extra) <= 1.0,
                   "executor %lld ns vs model %lld ns with 16-token blocks; want +%.0f ns",
                   (long long)r.duration_ns, (long long)ref, extra);

@@ -237,6 +237,24 @@ START_TEST(bad_steps_are_errors)
     tok[0] = 1, bt[0] = 99;
     ck_assert_int_eq(engine_forward(&eng, &s, &e), ENGINE_ERR_INPUT);
     ck_assert_msg(strstr(e.msg, "num_blocks"), "message: %s", e.msg);
+    /* a swap without a host pool, then with one: ids in range, no destination twice */
+    int32_t dev[2] = {0, 1}, host[2] = {0, 0};
+    ck_assert_int_eq(engine_swap(&eng, true, 1, dev, host, &e), -1);
+    ck_assert_msg(strstr(e.msg, "host swap pool"), "message: %s", e.msg);
+    engine_close(&eng);
+    engine_opts o;
+    engine_opts_default(&o);
+    o.model = "synthetic:tiny-llama2", o.backend = "cpu", o.num_blocks = 8, o.num_host_blocks = 4;
+    o.max_model_len = 128;
+    ck_assert_int_eq(engine_open(&eng, &o, &e), 0);
+    ck_assert_int_eq(engine_swap(&eng, true, 2, dev, host, &e), ENGINE_ERR_INPUT);
+    ck_assert_msg(strstr(e.msg, "host block 0 is written twice"), "message: %s", e.msg);
+    ck_assert_int_eq(engine_swap(&eng, false, 2, dev, host, &e), 0); /* two reads of one host block */
+    host[1] = 4;
+    ck_assert_int_eq(engine_swap(&eng, true, 2, dev, host, &e), ENGINE_ERR_INPUT);
+    ck_assert_msg(strstr(e.msg, "outside 8 device / 4 host blocks"), "message: %s", e.msg);
+    dev[1] = 8, host[1] = 1; /* the pad block is the engine's, not the scheduler's */
+    ck_assert_int_eq(engine_swap(&eng, true, 2, dev, host, &e), ENGINE_ERR_INPUT);
     engine_close(&eng);
 }
 END_TEST

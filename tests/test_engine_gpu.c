@@ -20,7 +20,7 @@
 #include "engine/sampler.h"
 #include "testutil.h"
 
-static int open_engine(engine *eng, const char *model, const char *backend, bool graphs)
+static int open_engine_swap(engine *eng, const char *model, const char *backend, bool graphs, int32_t host_blocks)
 {
     engine_opts o;
     engine_opts_default(&o);
@@ -34,10 +34,16 @@ static int open_engine(engine *eng, const char *model, const char *backend, bool
     o.max_model_len = 256;
     o.cpu_round_bf16 = true;
     o.cuda_graphs = graphs;
+    o.num_host_blocks = host_blocks;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     ck_assert_msg(rc == 0, "engine_open(%s, %s): %s", model, backend, e.msg);
     return rc;
+}
+
+static int open_engine(engine *eng, const char *model, const char *backend, bool graphs)
+{
+    return open_engine_swap(eng, model, backend, graphs, 0);
 }
 
 /* Steps over three sequences with shuffled blocks: prefills (every row's logits), then a step
@@ -276,6 +282,50 @@ START_TEST(cli_generate_cuda_matches_cpu)
 }
 END_TEST
 
+/* One sequence of 40 tokens (drawn by `salt`) in blocks `bt`: prefill (when asked), then the
+ * decode of token 40; its logits into out. */
+static void decode_40(engine *eng, const int32_t *bt, int salt, bool prefill, float *out)
+{
+    int32_t V = eng->mc.vocab_size, toks[41], pos[41], slots[41], bs = 16;
+    for (int32_t p = 0; p <= 40; p++)
+        toks[p] = (p * 31 + 3 + salt * 17) % V, pos[p] = p, slots[p] = bt[p / bs] * bs + p % bs;
+    terr e = {{0}};
+    int32_t qsl[2] = {0, 40}, len = 40, row = 39;
+    eng_step s = {.num_tokens = 40, .num_seqs = 1, .token_ids = toks, .positions = pos, .slot_mapping = slots,
+                  .query_start_loc = qsl, .seq_lens = &len, .block_tables = bt, .block_table_stride = 3,
+                  .num_logits = 1, .logits_rows = &row};
+    if (prefill) ck_assert_msg(engine_forward(eng, &s, &e) == 0, "%s", e.msg);
+    qsl[1] = 1, len = 41, row = 0;
+    s.num_tokens = 1, s.token_ids = toks + 40, s.positions = pos + 40, s.slot_mapping = slots + 40;
+    ck_assert_msg(engine_forward(eng, &s, &e) == 0, "%s", e.msg);
+    ck_assert_msg(engine_logits(eng, out, &e) == 0, "%s", e.msg);
+    (void)V;
+}
+
+/* A sequence swapped out to the host pool and back into other blocks decodes to the very same
+ * logits: the copies move every layer's K and V, in order, before the step that reads them. */
+START_TEST(swap_round_trip_keeps_logits)
+{
+    engine eng;
+    open_engine_swap(&eng, "synthetic:tiny-llama2", "cuda", true, 8);
+    int32_t V = eng.mc.vocab_size;
+    float *before = malloc(sizeof(float) * (size_t)V), *after = malloc(sizeof(float) * (size_t)V);
+    int32_t a[3] = {3, 7, 11}, host[3] = {5, 0, 2}, b[3] = {20, 21, 9};
+    decode_40(&eng, a, 0, true, before);
+    terr e = {{0}};
+    /* out; then another sequence overwrites the freed blocks at once (its forward pass must wait
+     * for the copy out); then in, to blocks never written */
+    ck_assert_msg(engine_swap(&eng, true, 3, a, host, &e) == 0, "%s", e.msg);
+    decode_40(&eng, a, 1, true, after);
+    ck_assert_msg(memcmp(before, after, sizeof(float) * (size_t)V) != 0, "another sequence, the same logits?");
+    ck_assert_msg(engine_swap(&eng, false, 3, b, host, &e) == 0, "%s", e.msg);
+    decode_40(&eng, b, 0, false, after);
+    ck_assert_msg(memcmp(before, after, sizeof(float) * (size_t)V) == 0, "logits changed across a swap");
+    free(before), free(after);
+    engine_close(&eng);
+}
+END_TEST
+
 static TCase *engine_tests(void)
 {
     TCase *tc = tcase_create("engine");
@@ -284,6 +334,7 @@ static TCase *engine_tests(void)
     tcase_add_test(tc, model_gpu_matches_cpu_small);
     tcase_add_test(tc, persistent_decode_matches_fused);
     tcase_add_test(tc, cli_generate_cuda_matches_cpu);
+    tcase_add_test(tc, swap_round_trip_keeps_logits);
     return tc;
 }
 

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "engine/bench/profile_gpu.h"
 #include "engine/engine.h"
 #include "kernels/cuda_check.h"
@@ -482,7 +483,7 @@ static double time_prefill(engine *eng, eng_step s)
 #define WBYTES_7B (2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) + 32000.0 * 4096))
 #define KV_TOK_7B (2.0 * 32 * 32 * 128 * 2)
 
-static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs)
+static int open_7b_swap(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, int host_blocks)
 {
     engine_opts o;
     engine_opts_default(&o);
@@ -493,11 +494,53 @@ static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bo
     o.max_seqs = max_seqs;
     o.max_model_len = 2112;
     o.num_blocks = num_blocks;
+    o.num_host_blocks = host_blocks;
     o.cuda_graphs = graphs;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     if (rc) fprintf(stderr, "bench: %s\n", e.msg);
     return rc;
+}
+
+static int open_7b(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs)
+{
+    return open_7b_swap(eng, max_tokens, max_seqs, num_blocks, graphs, 0);
+}
+
+/* Swap: n blocks out to the pinned pool, then back in, each timed to completion (the swap stream
+ * is the engine's own, so the device is synchronised). Bandwidth against the host link the cost
+ * model assumes (sim/gpu.c). */
+static void swaps(void)
+{
+    enum { HOST = 512 };
+    engine eng;
+    if (open_7b_swap(&eng, 256, 16, 1024, false, HOST)) exit(1);
+    const double block_bytes = KV_TOK_7B * 16;
+    int32_t dev[HOST], host[HOST];
+    for (int i = 0; i < HOST; i++) dev[i] = (i * 7) % 1024, host[i] = i; /* scattered device blocks */
+    static const int counts[] = {1, 16, 128, 512};
+    terr e = {{0}};
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
+        for (int to_host = 1; to_host >= 0; to_host--) {
+            const int n = counts[k], reps = 9;
+            double ts[9];
+            for (int r = 0; r < reps; r++) {
+                CUDA_CHECK(cudaDeviceSynchronize());
+                double t0 = (double)clock_mono_ns() / 1e9;
+                if (engine_swap(&eng, to_host, n, dev, host, &e)) {
+                    fprintf(stderr, "bench: %s\n", e.msg);
+                    exit(1);
+                }
+                CUDA_CHECK(cudaDeviceSynchronize());
+                ts[r] = (double)clock_mono_ns() / 1e9 - t0;
+            }
+            qsort(ts, reps, sizeof *ts, cmp_d);
+            char name[48], shape[96];
+            snprintf(name, sizeof name, "SWAP %s %d blocks", to_host ? "out" : "in", n);
+            snprintf(shape, sizeof shape, "%.1f MB, pinned, batched copy", n * block_bytes / 1e6);
+            row(name, shape, ts[reps / 2], n * block_bytes, "GB/s", 55e9, n * block_bytes / 55e9);
+        }
+    engine_close(&eng);
 }
 
 /* How the engine runs a pure-decode step of B sequences (cuda_backend.c). */
@@ -658,6 +701,7 @@ int main(int argc, char **argv)
     }
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
+    if (!strcmp(what, "all") || !strcmp(what, "swap")) swaps();
     stream = own;
     cublasDestroy(blas);
     return 0;
