@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/options.h"
@@ -169,11 +171,16 @@ int trace_gen_main(int argc, char **argv)
         fprintf(stderr, "tandem trace gen: %s\n", e.msg);
         goto done;
     }
-    /* --out FILE is written as FILE.tmp and renamed when complete: a full disk leaves no cut row */
+    /* --out FILE is written as FILE.tmp-PID and renamed when complete: a full disk or a kill
+     * leaves no cut row, and two writers never share a temporary file. A FILE that exists and
+     * is not a regular file (/dev/stdout, a pipe, a symbolic link) is written in place: renaming
+     * would replace it. */
     FILE *out = stdout;
     char tmp[4200] = "";
     if (f.out) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", f.out);
+        struct stat st;
+        if (lstat(f.out, &st) == 0 && !S_ISREG(st.st_mode)) snprintf(tmp, sizeof tmp, "%s", f.out);
+        else snprintf(tmp, sizeof tmp, "%s.tmp-%d", f.out, (int)getpid());
         if (!(out = fopen(tmp, "w"))) {
             fprintf(stderr, "--out: cannot create %s: %s\n", tmp, strerror(errno));
             status = 1;
@@ -190,11 +197,12 @@ int trace_gen_main(int argc, char **argv)
             fprintf(stderr, "%s: cannot write: %s\n", tmp, strerror(errno));
             status = 1;
         }
-        if (!status && rename(tmp, f.out)) {
+        bool in_place = strcmp(tmp, f.out) == 0;
+        if (!status && !in_place && rename(tmp, f.out)) {
             fprintf(stderr, "--out: cannot rename %s to %s: %s\n", tmp, f.out, strerror(errno));
             status = 1;
         }
-        if (status) remove(tmp);
+        if (status && !in_place) remove(tmp);
     }
 done:
     if (g) tracegen_close(g);

@@ -18,6 +18,7 @@
 
 typedef struct obuf {
     FILE *f;
+    const char *name; /* the file's name in the output folder, for messages */
     char buf[1 << 16];
     size_t n;
 } obuf;
@@ -116,6 +117,7 @@ static obuf *open_csv(const char *dir, const char *name, const char *header, ter
     }
     obuf *o = xcalloc(1, sizeof *o);
     o->f = f;
+    o->name = name;
     ob_str(o, header);
     return o;
 }
@@ -482,17 +484,15 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     if (out) *out = *s;
 
     int rc = 0;
-    if (m->req_out) {
-        ob_flush(m->req_out);
-        if (fclose(m->req_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
-        m->req_out->f = NULL;
-    }
-    obuf *more[] = {m->step_out, m->tok_out};
-    for (size_t i = 0; i < ARRAY_LEN(more); i++) {
-        if (!more[i]) continue;
-        ob_flush(more[i]);
-        if (fclose(more[i]->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
-        more[i]->f = NULL;
+    obuf *csvs[] = {m->req_out, m->step_out, m->tok_out};
+    for (size_t i = 0; i < ARRAY_LEN(csvs); i++) {
+        if (!csvs[i]) continue;
+        ob_flush(csvs[i]);
+        /* ferror: a write that failed earlier (a full disk) leaves the stream's error flag set,
+         * and fclose alone reports only its own last flush */
+        int bad = ferror(csvs[i]->f);
+        if (fclose(csvs[i]->f) || bad) rc = terr_set(e, "%s/%s: write failed", m->opt.out_dir, csvs[i]->name);
+        csvs[i]->f = NULL;
     }
     if (m->summary_path[0]) {
         json_t *o = metrics_summary_json(s, &m->opt);
