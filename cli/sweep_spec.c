@@ -15,8 +15,8 @@ static const char *const reserved[] = {"out", "quiet"};
 
 /* Hard cap on points: a typo like 0..1000000 should be an error, not a month of work. */
 #define SWEEP_MAX_POINTS 10000000
-/* Values one option may take, all its ranges together: checked before a range is expanded, so
- * a spec cannot allocate its way to the points cap. */
+/* Values a spec may list, all its options' ranges together: checked before a range is
+ * expanded, so a spec cannot allocate its way to the points cap, one range or many. */
 #define SWEEP_MAX_VALUES 100000
 
 static char *trim(char *s)
@@ -35,7 +35,7 @@ static void add_value(sweep_param *p, const char *v)
 
 /* "A..B" or "A..B:S" (integers, inclusive). Returns 1 if v is a range (expanded into p), 0 if
  * not a range, -1 on a malformed one. */
-static int expand_range(sweep_param *p, const char *v, const char *origin, int line, terr *e)
+static int expand_range(const sweep_spec *s, sweep_param *p, const char *v, const char *origin, int line, terr *e)
 {
     const char *dots = strstr(v, "..");
     if (!dots) return 0;
@@ -56,9 +56,11 @@ static int expand_range(sweep_param *p, const char *v, const char *origin, int l
         return terr_set(e, "%s:%d: range \"%s\" must have lo <= hi and a step > 0", origin, line, v);
     /* counted in unsigned arithmetic: INT64_MIN..INT64_MAX must not overflow */
     uint64_t steps = ((uint64_t)hi - (uint64_t)lo) / (uint64_t)step; /* values - 1 */
-    if (steps >= SWEEP_MAX_VALUES || (uint64_t)p->num_values + steps + 1 > SWEEP_MAX_VALUES)
-        return terr_set(e, "%s:%d: range \"%s\" gives %.4g values; an option takes at most %d", origin, line, v,
-                        (double)steps + 1, SWEEP_MAX_VALUES);
+    uint64_t listed = 0; /* values of the whole spec so far, p's included */
+    for (int i = 0; i < s->num_params; i++) listed += (uint64_t)s->params[i].num_values;
+    if (steps >= SWEEP_MAX_VALUES || listed + steps + 1 > SWEEP_MAX_VALUES)
+        return terr_set(e, "%s:%d: range \"%s\" gives %.4g values; a spec lists at most %d in all (split the sweep)",
+                        origin, line, v, (double)steps + 1, SWEEP_MAX_VALUES);
     uint64_t count = steps + 1;
     for (uint64_t i = 0; i < count; i++) {
         char buf[32];
@@ -69,7 +71,7 @@ static int expand_range(sweep_param *p, const char *v, const char *origin, int l
 }
 
 /* Splits the right-hand side on commas outside double quotes. */
-static int parse_values(sweep_param *p, char *rhs, const char *origin, int line, terr *e)
+static int parse_values(const sweep_spec *s, sweep_param *p, char *rhs, const char *origin, int line, terr *e)
 {
     char *cur = rhs;
     for (;;) {
@@ -90,7 +92,7 @@ static int parse_values(sweep_param *p, char *rhs, const char *origin, int line,
         buf[n] = 0;
         char *v = was_quoted ? buf : trim(buf);
         if (!*v && !was_quoted) return terr_set(e, "%s:%d: empty value for \"%s\"", origin, line, p->name);
-        int r = was_quoted ? 0 : expand_range(p, v, origin, line, e);
+        int r = was_quoted ? 0 : expand_range(s, p, v, origin, line, e);
         if (r < 0) return -1;
         if (r == 0) add_value(p, v);
         if (!*cur) break;
@@ -166,7 +168,7 @@ int sweep_spec_parse(sweep_spec *s, const char *text, const char *origin, terr *
         s->params = xrealloc(s->params, (size_t)(s->num_params + 1) * sizeof *s->params);
         sweep_param *prm = &s->params[s->num_params++];
         *prm = (sweep_param){.name = xstrdup(key), .line = line};
-        if (parse_values(prm, eq + 1, origin, line, e)) {
+        if (parse_values(s, prm, eq + 1, origin, line, e)) {
             free(raw);
             goto out;
         }

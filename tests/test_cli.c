@@ -66,6 +66,7 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
         /* sizes that would allocate gigabytes of block tables are flag errors, not aborts */
         {{"--num-gpu-blocks-override", "2147483647"}, "--num-gpu-blocks-override: 2147483647 is out of range"},
         {{"--preemption-mode", "swap", "--swap-space", "1e300"}, "--swap-space: 1e+300 GiB is not in"},
+        {{"--time-scale", "1e300"}, "--time-scale: 1e+300 is not in (0, 1000]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[12] = {"tandem", "sim", "--trace", CONV};

@@ -74,7 +74,9 @@ START_TEST(bad_specs_name_file_and_line)
         /* huge ranges are refused before anything is allocated, overflow included */
         {"trace = x\nseed = 0..9223372036854775807:3\n", "spec:2: range"},
         {"trace = x\nseed = -9223372036854775808..9223372036854775807\n", "gives 1.845e+19 values"},
-        {"trace = x\nseed = 0..60000, 0..60000\n", "an option takes at most 100000"},
+        {"trace = x\nseed = 0..60000, 0..60000\n", "spec:2: range \"0..60000\" gives 6e+04 values; a spec lists at most 100000 in all"},
+        /* the cap counts every option's values, not one range's or one line's */
+        {"trace = x\nseed = 0..60000\nmax-num-seqs = 1..60000\n", "spec:3: range \"1..60000\""},
         {"seed = 1\n", "spec: no `trace = FILE` line"},
         {"# only a comment\n\n", "spec: no options"},
         {"trace = x\r\n", "spec:1: CRLF"},
