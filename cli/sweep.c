@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -256,11 +257,14 @@ static void progress_show(const progress *p)
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
-/* Runs `todo` points with up to `jobs` worker processes (in this process when jobs is 1). */
+/* Runs `todo` points with up to `jobs` worker processes, or one after another in this process
+ * under MPI (where forking is unsafe; mpirun delivers Ctrl-C to every rank). Workers die with
+ * the sweep (PR_SET_PDEATHSIG: a kill -9 of the sweep leaves none running), and Ctrl-C stops
+ * them at once, -j 1 included: the point being run is lost, never half-written. */
 static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t *todo, int64_t n, int jobs,
-                     int rank, int size, progress *pr)
+                     bool in_process, int rank, int size, progress *pr)
 {
-    if (jobs <= 1) {
+    if (in_process) {
         for (int64_t i = 0; i < n && !interrupted; i++) {
             if (run_point(spec, so, todo[i], rank, size)) pr->failed++;
             else pr->done++;
@@ -272,10 +276,11 @@ static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t
     int64_t next = 0, running = 0;
     while ((next < n && !interrupted) || running > 0) {
         while (next < n && running < jobs && !interrupted) {
-            pid_t pid = fork();
+            pid_t parent = getpid(), pid = fork();
             if (pid == 0) {
                 signal(SIGINT, SIG_DFL);
                 signal(SIGTERM, SIG_DFL);
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent) _exit(1); /* it died already */
                 _exit(run_point(spec, so, todo[next], rank, size) ? 1 : 0);
             }
             if (pid < 0) break;
@@ -470,7 +475,7 @@ int sweep_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     progress_show(&pr);
-    run_pool(&spec, &so, todo, ntodo, jobs, rank, size, &pr);
+    run_pool(&spec, &so, todo, ntodo, jobs, mpi, rank, size, &pr);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     free(todo);

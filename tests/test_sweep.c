@@ -231,6 +231,110 @@ START_TEST(resumes_after_kill_running_only_missing_points)
 }
 END_TEST
 
+/* Starts `tandem sweep SPEC --out OUT -j JOBS` in its own process group, output discarded. */
+static pid_t start_sweep(const char *spec, const char *out, const char *jobs)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", 1);
+        dup2(devnull, 1), dup2(devnull, 2);
+        const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+        setpgid(0, 0);
+        execl(bin, "tandem", "sweep", spec, "--out", out, "-j", jobs, "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
+/* The pids of pid's children (at most max), from /proc. */
+static int children_of(pid_t pid, pid_t *kids, int max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    int n = 0, k;
+    while (f && n < max && fscanf(f, "%d", &k) == 1) kids[n++] = k;
+    if (f) fclose(f);
+    return n;
+}
+
+/* True while pid runs (a zombie no longer does). */
+static bool is_running(pid_t pid)
+{
+    char path[64], state = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 0;
+    fclose(f);
+    return state && state != 'Z' && state != 'X';
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A spec whose points take seconds each: 1 M requests. */
+static char *slow_spec(const char *dir)
+{
+    char trace[4300], body[4400];
+    snprintf(trace, sizeof trace, "%s/t1m.csv", dir);
+    cli_result r = run_cli("trace", "gen", "--num-requests", "1000000", "--rate", "30", "--out", trace, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(body, sizeof body, "trace = %s\nsteps = false\nrequests = false\nseed = 0, 1, 2, 3\n", trace);
+    return spec_file(dir, body);
+}
+
+/* kill -9 of a sweep leaves no worker running (they get SIGTERM when their parent dies). */
+START_TEST(workers_die_with_a_killed_sweep)
+{
+    char *dir = make_temp_dir("sweeporphan");
+    char *spec = slow_spec(dir), out[4300];
+    snprintf(out, sizeof out, "%s/out", dir);
+    pid_t pid = start_sweep(spec, out, "2"), kids[8];
+    int n = 0;
+    for (int i = 0; i < 2000 && (n = children_of(pid, kids, 8)) < 2; i++) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    ck_assert_msg(n == 2, "the sweep started %d workers, want 2", n);
+    kill(pid, SIGKILL); /* the parent alone, as `kill -9 PID` does */
+    waitpid(pid, NULL, 0);
+    int alive = n;
+    for (int i = 0; i < 500 && alive; i++) {
+        alive = 0;
+        for (int k = 0; k < n; k++) alive += is_running(kids[k]);
+        if (alive) nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    for (int k = 0; k < n; k++) kill(kids[k], SIGKILL); /* don't leave them if the check fails */
+    ck_assert_msg(alive == 0, "%d workers still running 5 s after their sweep was killed", alive);
+    free(spec), free(dir);
+}
+END_TEST
+
+/* Ctrl-C (SIGINT to the sweep's process group) stops a -j 1 sweep at once, not after the
+ * point it is running: a point takes seconds here. */
+START_TEST(ctrl_c_stops_a_j1_sweep_at_once)
+{
+    char *dir = make_temp_dir("sweepint");
+    char *spec = slow_spec(dir), out[4300];
+    snprintf(out, sizeof out, "%s/out", dir);
+    pid_t pid = start_sweep(spec, out, "1"), kids[4];
+    for (int i = 0; i < 2000 && children_of(pid, kids, 4) < 1; i++) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    nanosleep(&(struct timespec){0, 200000000}, NULL); /* the point is under way */
+    double t0 = now_s();
+    kill(-pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    double waited = now_s() - t0;
+    ck_assert_msg(waited < 1.5, "the sweep took %.2f s to stop after Ctrl-C", waited);
+    ck_assert_msg(count_points(out) == 0, "an interrupted point was kept");
+    free(spec), free(dir);
+}
+END_TEST
+
 /* A 2-rank sweep under mpirun splits the points: each rank runs some, rank 0 writes the whole
  * table, equal to a local sweep's. */
 START_TEST(mpi_two_ranks_split_points)
@@ -317,6 +421,8 @@ int main(void)
     tcase_add_test(tc, bad_point_fails_before_running);
     tcase_add_test(tc, results_table_matches_direct_sim);
     tcase_add_test(tc, resumes_after_kill_running_only_missing_points);
+    tcase_add_test(tc, workers_die_with_a_killed_sweep);
+    tcase_add_test(tc, ctrl_c_stops_a_j1_sweep_at_once);
     tcase_add_test(tc, mpi_two_ranks_split_points);
     tcase_add_test(tc, progress_line_only_on_a_terminal);
     suite_add_tcase(s, tc);
