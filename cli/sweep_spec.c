@@ -29,8 +29,18 @@ static char *trim(char *s)
 
 static void add_value(sweep_param *p, const char *v)
 {
-    p->values = xrealloc(p->values, (size_t)(p->num_values + 1) * sizeof *p->values);
+    int n = p->num_values; /* capacity: the next power of two, so a 100,000-value range is not
+                              100,000 reallocations */
+    if ((n & (n - 1)) == 0) p->values = xrealloc(p->values, (size_t)(n ? 2 * n : 1) * sizeof *p->values);
     p->values[p->num_values++] = xstrdup(v);
+}
+
+/* Values listed so far by the whole spec, the option being parsed included. */
+static uint64_t spec_values(const sweep_spec *s)
+{
+    uint64_t listed = 0;
+    for (int i = 0; i < s->num_params; i++) listed += (uint64_t)s->params[i].num_values;
+    return listed;
 }
 
 /* "A..B" or "A..B:S" (integers, inclusive). Returns 1 if v is a range (expanded into p), 0 if
@@ -56,9 +66,7 @@ static int expand_range(const sweep_spec *s, sweep_param *p, const char *v, cons
         return terr_set(e, "%s:%d: range \"%s\" must have lo <= hi and a step > 0", origin, line, v);
     /* counted in unsigned arithmetic: INT64_MIN..INT64_MAX must not overflow */
     uint64_t steps = ((uint64_t)hi - (uint64_t)lo) / (uint64_t)step; /* values - 1 */
-    uint64_t listed = 0; /* values of the whole spec so far, p's included */
-    for (int i = 0; i < s->num_params; i++) listed += (uint64_t)s->params[i].num_values;
-    if (steps >= SWEEP_MAX_VALUES || listed + steps + 1 > SWEEP_MAX_VALUES)
+    if (steps >= SWEEP_MAX_VALUES || spec_values(s) + steps + 1 > SWEEP_MAX_VALUES)
         return terr_set(e, "%s:%d: range \"%s\" gives %.4g values; a spec lists at most %d in all (split the sweep)",
                         origin, line, v, (double)steps + 1, SWEEP_MAX_VALUES);
     uint64_t count = steps + 1;
@@ -94,6 +102,8 @@ static int parse_values(const sweep_spec *s, sweep_param *p, char *rhs, const ch
         if (!*v && !was_quoted) return terr_set(e, "%s:%d: empty value for \"%s\"", origin, line, p->name);
         int r = was_quoted ? 0 : expand_range(s, p, v, origin, line, e);
         if (r < 0) return -1;
+        if (r == 0 && spec_values(s) + 1 > SWEEP_MAX_VALUES)
+            return terr_set(e, "%s:%d: more than %d values in the spec (split the sweep)", origin, line, SWEEP_MAX_VALUES);
         if (r == 0) add_value(p, v);
         if (!*cur) break;
         cur++; /* the comma */

@@ -444,6 +444,18 @@ START_TEST(malformed_safetensors_are_clear_errors)
                   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 0, 16);
     expect_st_error(p, "overlap", "\"b\"", "overlapping tensors");
     free(p);
+    /* an index whose second shard name is bad, after a good one (found by fuzz_safetensors_index:
+     * it crashed closing shards it had counted but not opened) */
+    char sub[4300];
+    snprintf(sub, sizeof sub, "%s/idx", dir);
+    mkdir(sub, 0755);
+    char *ip = write_temp_file(sub, "model.safetensors.index.json",
+                               "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"b/../a.safetensors\"}}");
+    st_checkpoint ck;
+    terr ie = {{0}};
+    ck_assert_msg(st_checkpoint_open(&ck, sub, &ie) == -1 && strstr(ie.msg, "weight_map[\"y\"] must be a file name"),
+                  "a shard name with a slash: %s", ie.msg);
+    free(ip);
     free(dir);
 }
 END_TEST
