@@ -159,7 +159,8 @@ static int write_text(const char *path, const char *text)
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     fputs(text, f);
-    return fclose(f);
+    int bad = ferror(f);
+    return fclose(f) || bad ? -1 : 0;
 }
 
 /* Runs point `index` into a temporary directory and renames it into place. Returns 0 when the
@@ -374,7 +375,11 @@ static int write_results(const sweep_spec *spec, const char *out, char **rows, t
         fprintf(f, "%s\n", rows[i] ? rows[i] : "missing");
     }
     free(vals);
-    if (fclose(f) || rename(tmp, path)) return terr_set(e, "%s: cannot write", path);
+    int bad = ferror(f); /* a write that failed earlier: fclose reports only its own */
+    if (fclose(f) || bad || rename(tmp, path)) {
+        unlink(tmp);
+        return terr_set(e, "%s: cannot write", path);
+    }
     return 0;
 }
 

@@ -163,11 +163,14 @@ START_TEST(lost_output_is_exit_1_and_leaves_nothing_half_written)
     const char *fills[][2] = {
         {"trace gen --num-requests 5000 --out %s/g.csv", "g.csv"},
         {"sim --trace " CONV " --max-requests 300 --quiet --out %s/run", "run"},
+        {"generate --model synthetic:tiny-llama2 --backend cpu --prompt-ids 1,2 --max-tokens 8 --dump-logits %s/d.f32",
+         "d.f32"},
+        {"trace stats " CONV " --bin-seconds 1 --rate-csv %s/rate.csv", "rate.csv"},
     };
     for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++) {
         char args[4500];
         snprintf(args, sizeof args, fills[i][0], dir);
-        snprintf(cmd, sizeof cmd, "sh -c \"ulimit -f 8; trap '' XFSZ; exec %s %s\" 2>/dev/null", bin, args);
+        snprintf(cmd, sizeof cmd, "sh -c \"ulimit -f 8; trap '' XFSZ; exec %s %s\" >/dev/null 2>&1", bin, args);
         int st = system(cmd);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "tandem %s on a disk that fills: status %d, want exit 1",
                       args, st);
