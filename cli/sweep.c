@@ -11,6 +11,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -461,6 +463,21 @@ int sweep_main(int argc, char **argv)
         terr_set(&e, "--out %s: cannot create %s: %s", so.out, pdir, strerror(errno));
         code = 1;
         goto fail_mpi;
+    }
+    /* A second sweep into DIR while one runs would race it for the same points and results.csv:
+     * refused. DIR/.lock is held (flock: a killed sweep holds nothing) until this process and
+     * its workers exit. Under MPI the ranks share DIR by design. */
+    if (!mpi) {
+        char lock[4300];
+        snprintf(lock, sizeof lock, "%s/.lock", so.out);
+        int lock_fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+        if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB)) {
+            if (lock_fd < 0) terr_set(&e, "--out %s: cannot create %s: %s", so.out, lock, strerror(errno));
+            else terr_set(&e, "--out %s: another sweep is writing it (it holds %s)", so.out, lock);
+            if (lock_fd >= 0) close(lock_fd);
+            code = 1;
+            goto fail_mpi;
+        }
     }
 
     /* this rank's points that are not done yet */

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <fcntl.h>
@@ -335,6 +336,31 @@ START_TEST(ctrl_c_stops_a_j1_sweep_at_once)
 }
 END_TEST
 
+/* A second sweep into a DIR that one is writing is refused (DIR/.lock), and runs once the
+ * first is done. */
+START_TEST(a_second_sweep_into_the_same_dir_is_refused)
+{
+    char *dir = make_temp_dir("sweeplock");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_conv_2023.csv\nmax-requests = 50\nseed = 0, 1\n");
+    char out[4300], lock[4400];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(lock, sizeof lock, "%s/.lock", out);
+    cli_result r = run_cli("sweep", spec, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    int fd = open(lock, O_RDWR);
+    ck_assert_msg(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "no %s, or the finished sweep still holds it", lock);
+    r = run_cli("sweep", spec, "--out", out, "--quiet", NULL); /* while we hold it, as a running sweep does */
+    ck_assert_msg(r.exit_code == 1 && strstr(r.err, "another sweep is writing it"), "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    close(fd);
+    r = run_cli("sweep", spec, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "after the lock is released: %s", r.err);
+    cli_result_free(&r);
+    free(spec), free(dir);
+}
+END_TEST
+
 /* A 2-rank sweep under mpirun splits the points: each rank runs some, rank 0 writes the whole
  * table, equal to a local sweep's. */
 START_TEST(mpi_two_ranks_split_points)
@@ -423,6 +449,7 @@ int main(void)
     tcase_add_test(tc, resumes_after_kill_running_only_missing_points);
     tcase_add_test(tc, workers_die_with_a_killed_sweep);
     tcase_add_test(tc, ctrl_c_stops_a_j1_sweep_at_once);
+    tcase_add_test(tc, a_second_sweep_into_the_same_dir_is_refused);
     tcase_add_test(tc, mpi_two_ranks_split_points);
     tcase_add_test(tc, progress_line_only_on_a_terminal);
     suite_add_tcase(s, tc);
