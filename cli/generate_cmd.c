@@ -178,12 +178,13 @@ static int generate(const generate_flags *f, terr *e)
         exit_code = 2;
         goto out;
     }
-    FILE *dump_f = NULL;
-    if (dump && !(dump_f = fopen(dump, "wb"))) {
+    out_atomic dump_out = {0}; /* complete or absent (core/util.h) */
+    if (dump && out_atomic_open(&dump_out, dump, "wb", e)) {
         terr_set(e, "--dump-logits: cannot create %s", dump);
         exit_code = 1;
         goto out;
     }
+    FILE *dump_f = dump_out.f;
     bool dump_failed = false;
     int32_t nb = o.num_blocks, T_max = eng.opts.max_tokens;
     int32_t *seq = xmalloc(sizeof *seq * (size_t)total);
@@ -237,7 +238,7 @@ static int generate(const generate_flags *f, terr *e)
         }
     }
     double t_end = now_ms();
-    if (dump_f && fclose(dump_f) && !rc) {
+    if (dump_f && out_atomic_close(&dump_out, !rc, e) && !rc) {
         rc = terr_set(e, "--dump-logits: write to %s failed", dump);
         dump_failed = true;
     }

@@ -140,7 +140,8 @@ int serving_resolve_model_gpu(const serving_options *o, serving_setup *su, terr 
         return -1;
     if (!(o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1))
         return terr_set(e, "--gpu-memory-utilization: %g is not in (0, 1]", o->gpu_memory_utilization);
-    if (!(o->time_scale > 0 && isfinite(o->time_scale))) return terr_set(e, "--time-scale: %g must be > 0", o->time_scale);
+    if (!(o->time_scale > 0 && o->time_scale <= TRACE_MAX_TIME_SCALE))
+        return terr_set(e, "--time-scale: %g is not in (0, %g]", o->time_scale, TRACE_MAX_TIME_SCALE);
     su->sched.block_size = (int32_t)o->block_size;
     su->sched.max_model_len = o->max_model_len ? (int32_t)o->max_model_len : su->model.max_position_embeddings;
     if (su->sched.max_model_len > su->model.max_position_embeddings)

@@ -11,6 +11,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -158,7 +161,8 @@ static int write_text(const char *path, const char *text)
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     fputs(text, f);
-    return fclose(f);
+    int bad = ferror(f);
+    return fclose(f) || bad ? -1 : 0;
 }
 
 /* Runs point `index` into a temporary directory and renames it into place. Returns 0 when the
@@ -256,11 +260,14 @@ static void progress_show(const progress *p)
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
-/* Runs `todo` points with up to `jobs` worker processes (in this process when jobs is 1). */
+/* Runs `todo` points with up to `jobs` worker processes, or one after another in this process
+ * under MPI (where forking is unsafe; mpirun delivers Ctrl-C to every rank). Workers die with
+ * the sweep (PR_SET_PDEATHSIG: a kill -9 of the sweep leaves none running), and Ctrl-C stops
+ * them at once, -j 1 included: the point being run is lost, never half-written. */
 static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t *todo, int64_t n, int jobs,
-                     int rank, int size, progress *pr)
+                     bool in_process, int rank, int size, progress *pr)
 {
-    if (jobs <= 1) {
+    if (in_process) {
         for (int64_t i = 0; i < n && !interrupted; i++) {
             if (run_point(spec, so, todo[i], rank, size)) pr->failed++;
             else pr->done++;
@@ -272,10 +279,11 @@ static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t
     int64_t next = 0, running = 0;
     while ((next < n && !interrupted) || running > 0) {
         while (next < n && running < jobs && !interrupted) {
-            pid_t pid = fork();
+            pid_t parent = getpid(), pid = fork();
             if (pid == 0) {
                 signal(SIGINT, SIG_DFL);
                 signal(SIGTERM, SIG_DFL);
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent) _exit(1); /* it died already */
                 _exit(run_point(spec, so, todo[next], rank, size) ? 1 : 0);
             }
             if (pid < 0) break;
@@ -369,7 +377,11 @@ static int write_results(const sweep_spec *spec, const char *out, char **rows, t
         fprintf(f, "%s\n", rows[i] ? rows[i] : "missing");
     }
     free(vals);
-    if (fclose(f) || rename(tmp, path)) return terr_set(e, "%s: cannot write", path);
+    int bad = ferror(f); /* a write that failed earlier: fclose reports only its own */
+    if (fclose(f) || bad || rename(tmp, path)) {
+        unlink(tmp);
+        return terr_set(e, "%s: cannot write", path);
+    }
     return 0;
 }
 
@@ -452,6 +464,21 @@ int sweep_main(int argc, char **argv)
         code = 1;
         goto fail_mpi;
     }
+    /* A second sweep into DIR while one runs would race it for the same points and results.csv:
+     * refused. DIR/.lock is held (flock: a killed sweep holds nothing) until this process and
+     * its workers exit. Under MPI the ranks share DIR by design. */
+    if (!mpi) {
+        char lock[4300];
+        snprintf(lock, sizeof lock, "%s/.lock", so.out);
+        int lock_fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+        if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB)) {
+            if (lock_fd < 0) terr_set(&e, "--out %s: cannot create %s: %s", so.out, lock, strerror(errno));
+            else terr_set(&e, "--out %s: another sweep is writing it (it holds %s)", so.out, lock);
+            if (lock_fd >= 0) close(lock_fd);
+            code = 1;
+            goto fail_mpi;
+        }
+    }
 
     /* this rank's points that are not done yet */
     int64_t *todo = xmalloc((size_t)spec.num_points * sizeof *todo), ntodo = 0;
@@ -470,7 +497,7 @@ int sweep_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     progress_show(&pr);
-    run_pool(&spec, &so, todo, ntodo, jobs, rank, size, &pr);
+    run_pool(&spec, &so, todo, ntodo, jobs, mpi, rank, size, &pr);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     free(todo);

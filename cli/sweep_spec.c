@@ -15,8 +15,8 @@ static const char *const reserved[] = {"out", "quiet"};
 
 /* Hard cap on points: a typo like 0..1000000 should be an error, not a month of work. */
 #define SWEEP_MAX_POINTS 10000000
-/* Values one option may take, all its ranges together: checked before a range is expanded, so
- * a spec cannot allocate its way to the points cap. */
+/* Values a spec may list, all its options' ranges together: checked before a range is
+ * expanded, so a spec cannot allocate its way to the points cap, one range or many. */
 #define SWEEP_MAX_VALUES 100000
 
 static char *trim(char *s)
@@ -29,13 +29,23 @@ static char *trim(char *s)
 
 static void add_value(sweep_param *p, const char *v)
 {
-    p->values = xrealloc(p->values, (size_t)(p->num_values + 1) * sizeof *p->values);
+    int n = p->num_values; /* capacity: the next power of two, so a 100,000-value range is not
+                              100,000 reallocations */
+    if ((n & (n - 1)) == 0) p->values = xrealloc(p->values, (size_t)(n ? 2 * n : 1) * sizeof *p->values);
     p->values[p->num_values++] = xstrdup(v);
+}
+
+/* Values listed so far by the whole spec, the option being parsed included. */
+static uint64_t spec_values(const sweep_spec *s)
+{
+    uint64_t listed = 0;
+    for (int i = 0; i < s->num_params; i++) listed += (uint64_t)s->params[i].num_values;
+    return listed;
 }
 
 /* "A..B" or "A..B:S" (integers, inclusive). Returns 1 if v is a range (expanded into p), 0 if
  * not a range, -1 on a malformed one. */
-static int expand_range(sweep_param *p, const char *v, const char *origin, int line, terr *e)
+static int expand_range(const sweep_spec *s, sweep_param *p, const char *v, const char *origin, int line, terr *e)
 {
     const char *dots = strstr(v, "..");
     if (!dots) return 0;
@@ -56,9 +66,9 @@ static int expand_range(sweep_param *p, const char *v, const char *origin, int l
         return terr_set(e, "%s:%d: range \"%s\" must have lo <= hi and a step > 0", origin, line, v);
     /* counted in unsigned arithmetic: INT64_MIN..INT64_MAX must not overflow */
     uint64_t steps = ((uint64_t)hi - (uint64_t)lo) / (uint64_t)step; /* values - 1 */
-    if (steps >= SWEEP_MAX_VALUES || (uint64_t)p->num_values + steps + 1 > SWEEP_MAX_VALUES)
-        return terr_set(e, "%s:%d: range \"%s\" gives %.4g values; an option takes at most %d", origin, line, v,
-                        (double)steps + 1, SWEEP_MAX_VALUES);
+    if (steps >= SWEEP_MAX_VALUES || spec_values(s) + steps + 1 > SWEEP_MAX_VALUES)
+        return terr_set(e, "%s:%d: range \"%s\" gives %.4g values; a spec lists at most %d in all (split the sweep)",
+                        origin, line, v, (double)steps + 1, SWEEP_MAX_VALUES);
     uint64_t count = steps + 1;
     for (uint64_t i = 0; i < count; i++) {
         char buf[32];
@@ -69,7 +79,7 @@ static int expand_range(sweep_param *p, const char *v, const char *origin, int l
 }
 
 /* Splits the right-hand side on commas outside double quotes. */
-static int parse_values(sweep_param *p, char *rhs, const char *origin, int line, terr *e)
+static int parse_values(const sweep_spec *s, sweep_param *p, char *rhs, const char *origin, int line, terr *e)
 {
     char *cur = rhs;
     for (;;) {
@@ -90,8 +100,10 @@ static int parse_values(sweep_param *p, char *rhs, const char *origin, int line,
         buf[n] = 0;
         char *v = was_quoted ? buf : trim(buf);
         if (!*v && !was_quoted) return terr_set(e, "%s:%d: empty value for \"%s\"", origin, line, p->name);
-        int r = was_quoted ? 0 : expand_range(p, v, origin, line, e);
+        int r = was_quoted ? 0 : expand_range(s, p, v, origin, line, e);
         if (r < 0) return -1;
+        if (r == 0 && spec_values(s) + 1 > SWEEP_MAX_VALUES)
+            return terr_set(e, "%s:%d: more than %d values in the spec (split the sweep)", origin, line, SWEEP_MAX_VALUES);
         if (r == 0) add_value(p, v);
         if (!*cur) break;
         cur++; /* the comma */
@@ -166,7 +178,7 @@ int sweep_spec_parse(sweep_spec *s, const char *text, const char *origin, terr *
         s->params = xrealloc(s->params, (size_t)(s->num_params + 1) * sizeof *s->params);
         sweep_param *prm = &s->params[s->num_params++];
         *prm = (sweep_param){.name = xstrdup(key), .line = line};
-        if (parse_values(prm, eq + 1, origin, line, e)) {
+        if (parse_values(s, prm, eq + 1, origin, line, e)) {
             free(raw);
             goto out;
         }

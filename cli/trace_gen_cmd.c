@@ -169,32 +169,22 @@ int trace_gen_main(int argc, char **argv)
         fprintf(stderr, "tandem trace gen: %s\n", e.msg);
         goto done;
     }
-    /* --out FILE is written as FILE.tmp and renamed when complete: a full disk leaves no cut row */
-    FILE *out = stdout;
-    char tmp[4200] = "";
-    if (f.out) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", f.out);
-        if (!(out = fopen(tmp, "w"))) {
-            fprintf(stderr, "--out: cannot create %s: %s\n", tmp, strerror(errno));
-            status = 1;
-            goto done;
-        }
+    /* --out FILE is complete or absent (core/util.h: out_atomic): a full disk or a kill
+     * leaves no cut row that sim would accept */
+    out_atomic out = {.f = stdout};
+    if (f.out && out_atomic_open(&out, f.out, "w", &e)) {
+        fprintf(stderr, "--out: %s\n", e.msg);
+        status = 1;
+        goto done;
     }
     status = 0;
-    if (tracegen_write_csv(g, out, &e)) {
+    if (tracegen_write_csv(g, out.f, &e)) {
         fprintf(stderr, "%s: %s\n", f.out ? f.out : "stdout", e.msg);
         status = 1;
     }
-    if (out != stdout) {
-        if (fclose(out) && !status) {
-            fprintf(stderr, "%s: cannot write: %s\n", tmp, strerror(errno));
-            status = 1;
-        }
-        if (!status && rename(tmp, f.out)) {
-            fprintf(stderr, "--out: cannot rename %s to %s: %s\n", tmp, f.out, strerror(errno));
-            status = 1;
-        }
-        if (status) remove(tmp);
+    if (f.out && out_atomic_close(&out, status == 0, &e) && status == 0) {
+        fprintf(stderr, "--out: %s\n", e.msg);
+        status = 1;
     }
 done:
     if (g) tracegen_close(g);

@@ -589,16 +589,17 @@ static json_t *report_json(const stats_report *r, const stats_options *o)
 
 static int write_rate_csv(const char *path, const trace_stats *a, double bin_seconds)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "--rate-csv: cannot open %s: %s\n", path, strerror(errno));
+    out_atomic o;
+    terr e;
+    if (out_atomic_open(&o, path, "w", &e)) {
+        fprintf(stderr, "--rate-csv: %s\n", e.msg);
         return 1;
     }
-    fprintf(f, "t_s,requests,rate_per_s\n");
+    fprintf(o.f, "t_s,requests,rate_per_s\n");
     for (size_t i = 0; i < a->num_bins; i++)
-        fprintf(f, "%.9g,%ld,%.9g\n", (double)i * bin_seconds, a->bin_count[i], (double)a->bin_count[i] / bin_seconds);
-    if (fclose(f)) {
-        fprintf(stderr, "--rate-csv: cannot write %s: %s\n", path, strerror(errno));
+        fprintf(o.f, "%.9g,%ld,%.9g\n", (double)i * bin_seconds, a->bin_count[i], (double)a->bin_count[i] / bin_seconds);
+    if (out_atomic_close(&o, true, &e)) {
+        fprintf(stderr, "--rate-csv: %s\n", e.msg);
         return 1;
     }
     return 0;
@@ -694,8 +695,12 @@ int trace_stats_main(int argc, char **argv)
     if (fflush(stdout)) code = 1;
     if (o.json) {
         json_t *j = report_json(&r, &o);
-        if (json_dump_file(j, o.json, JSON_INDENT(2) | JSON_REAL_PRECISION(15))) {
-            fprintf(stderr, "--json: cannot write %s: %s\n", o.json, strerror(errno));
+        out_atomic jo;
+        terr je = {{0}};
+        int bad = out_atomic_open(&jo, o.json, "w", &je);
+        if (!bad) bad = out_atomic_close(&jo, json_dumpf(j, jo.f, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) == 0, &je) ? 1 : 0;
+        if (bad) {
+            fprintf(stderr, "--json: %s\n", je.msg[0] ? je.msg : "cannot write");
             code = 1;
         }
         json_decref(j);

@@ -18,6 +18,7 @@
 
 typedef struct obuf {
     FILE *f;
+    const char *name; /* the file's name in the output folder, for messages */
     char buf[1 << 16];
     size_t n;
 } obuf;
@@ -94,7 +95,7 @@ struct metrics {
     metrics_options opt;
     obuf *req_out, *step_out, *tok_out;
     char summary_path[4096];
-    samples ttft, tpot, e2el, queue; /* ms, one per finished request */
+    qhist ttft, tpot, e2el, queue;   /* ms, on a microsecond grid, one sample per finished request */
     qhist itl;                       /* ms, on a microsecond grid */
     qhist host_us, sched_us;         /* per step, on a 0.1 us grid (write_host_time) */
     int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
@@ -116,6 +117,7 @@ static obuf *open_csv(const char *dir, const char *name, const char *header, ter
     }
     obuf *o = xcalloc(1, sizeof *o);
     o->f = f;
+    o->name = name;
     ob_str(o, header);
     return o;
 }
@@ -124,7 +126,8 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
 {
     metrics *m = xcalloc(1, sizeof *m);
     m->opt = *opt;
-    qhist_init(&m->itl, 1e-3);
+    qhist *ms_hists[] = {&m->ttft, &m->tpot, &m->e2el, &m->queue, &m->itl};
+    for (size_t i = 0; i < ARRAY_LEN(ms_hists); i++) qhist_init(ms_hists[i], 1e-3);
     qhist_init(&m->host_us, 0.1);
     qhist_init(&m->sched_us, 0.1);
     m->first_arrival_ns = INT64_MAX;
@@ -191,12 +194,12 @@ void metrics_request_done(metrics *m, const request *r)
         ttft = (double)(r->first_token_ns - r->arrival_ns);
         e2el = (double)(r->finish_ns - r->arrival_ns);
         queue = (double)(r->first_scheduled_ns - r->arrival_ns);
-        samples_add(&m->ttft, ttft / 1e6);
-        samples_add(&m->e2el, e2el / 1e6);
-        samples_add(&m->queue, queue / 1e6);
+        qhist_add(&m->ttft, ttft / 1e6, 1);
+        qhist_add(&m->e2el, e2el / 1e6, 1);
+        qhist_add(&m->queue, queue / 1e6, 1);
         if (r->num_output_tokens > 1) {
             tpot = (e2el - ttft) / (r->num_output_tokens - 1);
-            samples_add(&m->tpot, tpot / 1e6);
+            qhist_add(&m->tpot, tpot / 1e6, 1);
         }
         /* vLLM counts a single-token request's TPOT as 0 when judging goodput */
         bool good = (m->opt.goodput_ttft_ms <= 0 || ttft / 1e6 <= m->opt.goodput_ttft_ms) &&
@@ -355,20 +358,6 @@ void metrics_step(metrics *m, const step_stats *st)
 
 void metrics_add_bad_rows(metrics *m, int64_t n) { m->s.num_bad_rows += n; }
 
-static latency_stats lat(samples *w)
-{
-    return (latency_stats){
-        .mean = samples_mean(w),
-        .median = samples_percentile(w, 50),
-        .std = samples_std(w),
-        .p90 = samples_percentile(w, 90),
-        .p95 = samples_percentile(w, 95),
-        .p99 = samples_percentile(w, 99),
-        .p999 = samples_percentile(w, 99.9),
-        .max = samples_percentile(w, 100),
-    };
-}
-
 static latency_stats lat_hist(const qhist *h)
 {
     return (latency_stats){
@@ -379,7 +368,7 @@ static latency_stats lat_hist(const qhist *h)
         .p95 = qhist_percentile(h, 95),
         .p99 = qhist_percentile(h, 99),
         .p999 = qhist_percentile(h, 99.9),
-        .max = qhist_percentile(h, 100),
+        .max = h->n ? h->max : 0, /* exact */
     };
 }
 
@@ -463,11 +452,11 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->request_goodput = !slo ? NAN : d > 0 ? s->num_good / d : 0;
     s->output_throughput = d > 0 ? s->total_output_tokens / d : 0;
     s->total_token_throughput = d > 0 ? (s->total_input_tokens + s->total_output_tokens) / d : 0;
-    s->ttft = lat(&m->ttft);
-    s->tpot = lat(&m->tpot);
+    s->ttft = lat_hist(&m->ttft);
+    s->tpot = lat_hist(&m->tpot);
     s->itl = lat_hist(&m->itl);
-    s->e2el = lat(&m->e2el);
-    s->queue = lat(&m->queue);
+    s->e2el = lat_hist(&m->e2el);
+    s->queue = lat_hist(&m->queue);
     s->host_us = lat_hist(&m->host_us);
     s->sched_us = lat_hist(&m->sched_us);
     s->busy_s = m->busy_ns / 1e9;
@@ -482,17 +471,15 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     if (out) *out = *s;
 
     int rc = 0;
-    if (m->req_out) {
-        ob_flush(m->req_out);
-        if (fclose(m->req_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
-        m->req_out->f = NULL;
-    }
-    obuf *more[] = {m->step_out, m->tok_out};
-    for (size_t i = 0; i < ARRAY_LEN(more); i++) {
-        if (!more[i]) continue;
-        ob_flush(more[i]);
-        if (fclose(more[i]->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
-        more[i]->f = NULL;
+    obuf *csvs[] = {m->req_out, m->step_out, m->tok_out};
+    for (size_t i = 0; i < ARRAY_LEN(csvs); i++) {
+        if (!csvs[i]) continue;
+        ob_flush(csvs[i]);
+        /* ferror: a write that failed earlier (a full disk) leaves the stream's error flag set,
+         * and fclose alone reports only its own last flush */
+        int bad = ferror(csvs[i]->f);
+        if (fclose(csvs[i]->f) || bad) rc = terr_set(e, "%s/%s: write failed", m->opt.out_dir, csvs[i]->name);
+        csvs[i]->f = NULL;
     }
     if (m->summary_path[0]) {
         json_t *o = metrics_summary_json(s, &m->opt);
@@ -518,13 +505,13 @@ void metrics_free(metrics *m)
         if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);
         free(bufs[i]);
     }
-    samples_free(&m->ttft);
-    samples_free(&m->tpot);
+    qhist_free(&m->ttft);
+    qhist_free(&m->tpot);
     qhist_free(&m->itl);
     qhist_free(&m->host_us);
     qhist_free(&m->sched_us);
-    samples_free(&m->e2el);
-    samples_free(&m->queue);
+    qhist_free(&m->e2el);
+    qhist_free(&m->queue);
     free(m->step_itl);
     free(m);
 }

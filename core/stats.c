@@ -1,6 +1,7 @@
 /* stats.c: see stats.h. */
 #include "stats.h"
 
+#include <assert.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 #include <math.h>
@@ -54,55 +55,47 @@ double samples_percentile(samples *s, double q)
 
 /* ---- qhist ---- */
 
+/* Keys: a value x (in units) is u = x / unit. u below QHIST_LINEAR keys by llround(u), one key
+ * per unit; above, by the log bucket floor(ln(u / QHIST_LINEAR) / ln(1 + 1/QHIST_LINEAR)),
+ * offset past the linear keys, so a bucket's width is 1/QHIST_LINEAR of its value and the two
+ * grids meet at the same width. Counts sit in a dense array indexed by key, grown to the
+ * largest key seen: a percentile is a walk in key order, no sort. */
+#define QHIST_LINEAR 16384
+
+static double log_step(void) { return log1p(1.0 / QHIST_LINEAR); }
+
+static size_t key_of(double u)
+{
+    if (!(u > 0)) return 0; /* latencies are never negative; a -0 or rounding dust is 0 */
+    if (u < QHIST_LINEAR - 0.5) return (size_t)llround(u);
+    return QHIST_LINEAR + (size_t)floor(log(u / QHIST_LINEAR) / log_step());
+}
+
 void qhist_init(qhist *h, double unit)
 {
-    *h = (qhist){.unit = unit};
-}
-
-static size_t slot(const qhist *h, int64_t k)
-{
-    uint64_t x = (uint64_t)k * 0x9E3779B97F4A7C15ULL;
-    return (size_t)(x >> 20) & (h->cap - 1);
-}
-
-static void put(qhist *h, int64_t k, uint64_t c)
-{
-    size_t i = slot(h, k);
-    while (h->key[i] != INT64_MIN && h->key[i] != k) i = (i + 1) & (h->cap - 1);
-    if (h->key[i] == INT64_MIN) {
-        h->key[i] = k;
-        h->count[i] = 0;
-        h->used++;
-    }
-    h->count[i] += c;
+    *h = (qhist){.unit = unit, .min = INFINITY, .max = -INFINITY};
 }
 
 void qhist_add(qhist *h, double x, uint64_t count)
 {
     if (!count) return;
-    if (2 * (h->used + 1) > h->cap) { /* keep at most half full */
-        int64_t *ok = h->key;
-        uint64_t *oc = h->count;
+    assert(isfinite(x));
+    size_t k = key_of(x / h->unit);
+    if (k >= h->cap) {
         size_t old = h->cap;
-        h->cap = old ? 2 * old : 1024;
-        h->key = xmalloc(h->cap * sizeof *h->key);
-        h->count = xmalloc(h->cap * sizeof *h->count);
-        for (size_t i = 0; i < h->cap; i++) h->key[i] = INT64_MIN;
-        h->used = 0;
-        for (size_t i = 0; i < old; i++)
-            if (ok[i] != INT64_MIN) put(h, ok[i], oc[i]);
-        free(ok);
-        free(oc);
+        grow_array((void **)&h->count, sizeof *h->count, &h->cap, k + 1);
+        memset(h->count + old, 0, (h->cap - old) * sizeof *h->count);
     }
-    put(h, llround(x / h->unit), count);
+    h->count[k] += count;
     h->n += count;
     h->sum += (long double)x * count;
     h->sum_sq += (long double)x * x * count;
+    if (x < h->min) h->min = x;
+    if (x > h->max) h->max = x;
 }
 
 void qhist_free(qhist *h)
 {
-    free(h->key);
     free(h->count);
     *h = (qhist){0};
 }
@@ -116,35 +109,34 @@ double qhist_std(const qhist *h)
     return var > 0 ? (double)sqrtl(var) : 0;
 }
 
-typedef struct kc {
-    int64_t key;
-    uint64_t count;
-} kc;
-
-static int cmp_kc(const void *a, const void *b)
+/* The value key k stands for: exact on the linear grid; above it, the bucket's geometric
+ * middle clamped to the exact extremes, and the extremes themselves in the lowest and highest
+ * buckets in use, so min (p0) and max (p100) are exact. */
+static double key_value(const qhist *h, size_t k, size_t first, size_t last)
 {
-    int64_t x = ((const kc *)a)->key, y = ((const kc *)b)->key;
-    return (x > y) - (x < y);
+    if (k < QHIST_LINEAR) return (double)k * h->unit;
+    if (k == last) return h->max;
+    if (k == first) return h->min;
+    double v = QHIST_LINEAR * exp(((double)(k - QHIST_LINEAR) + 0.5) * log_step()) * h->unit;
+    return v < h->min ? h->min : v > h->max ? h->max : v;
 }
 
 double qhist_percentile(const qhist *h, double q)
 {
     if (!h->n) return 0;
-    kc *e = xmalloc(h->used * sizeof *e);
-    size_t n = 0;
-    for (size_t i = 0; i < h->cap; i++)
-        if (h->key[i] != INT64_MIN) e[n++] = (kc){h->key[i], h->count[i]};
-    qsort(e, n, sizeof *e, cmp_kc);
+    size_t first = 0, last = h->cap - 1;
+    while (!h->count[first]) first++;
+    while (!h->count[last]) last--;
     double pos = (q / 100.0) * (double)(h->n - 1);
     uint64_t lo = (uint64_t)floor(pos);
     double a = NAN, b = NAN;
     uint64_t seen = 0;
-    for (size_t i = 0; i < n && isnan(b); i++) {
-        seen += e[i].count;
-        if (isnan(a) && lo < seen) a = (double)e[i].key * h->unit;
-        if (lo + 1 < seen) b = (double)e[i].key * h->unit;
+    for (size_t k = first; k <= last && isnan(b); k++) {
+        if (!h->count[k]) continue;
+        seen += h->count[k];
+        if (isnan(a) && lo < seen) a = key_value(h, k, first, last);
+        if (lo + 1 < seen) b = key_value(h, k, first, last);
     }
-    free(e);
     if (isnan(b)) return a; /* lo is the last rank */
     return lerp(a, b, pos - (double)lo);
 }

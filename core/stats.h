@@ -6,12 +6,16 @@
  * the population standard deviation (numpy's ddof=0), so the numbers match `vllm bench serve`
  * on the same latencies. Empty sets give 0, as vLLM's `np.mean(x or 0)` does.
  *
- * samples: one double per sample (per-request latencies: a million requests cost 8 MB each).
- * qhist:   a histogram of values quantised to 1 us, for the inter-token latencies, of which a
- *          long run has billions. Memory grows with the number of distinct microsecond values,
- *          not with the number of samples. Mean and std are exact (kept as sums of the exact
- *          values); percentiles are exact on the microsecond-rounded values, which is the
- *          resolution tandem writes everywhere.
+ * samples: one double per sample (8 bytes each; what `compare` and `profile` use on sets they
+ *          read whole anyway).
+ * qhist:   a histogram of bounded size, for every latency of a run (per request and per token:
+ *          a long run has billions). Values are quantised to a unit (1 us for latencies in ms)
+ *          below 16,384 units, and to log buckets of relative width 1/16,384 (0.006%) above:
+ *          16 k keys plus 16 k per factor e of range, 8 bytes each, so 2.2 MB for latencies up
+ *          to a day and 3.7 MB at most for any int64 count of nanoseconds, however many
+ *          samples. Mean, std, min and max are exact (kept from the exact values);
+ *          percentiles are exact on the unit-rounded values below 16,384 units (16 ms for
+ *          latencies on a us grid) and within 0.003% above. Values must be finite and >= 0.
  */
 #ifndef TANDEM_STATS_H
 #define TANDEM_STATS_H
@@ -33,15 +37,16 @@ double samples_std(const samples *s);
 double samples_percentile(samples *s, double q);
 
 typedef struct qhist {
-    int64_t *key;     /* (cap) value in us, or INT64_MIN for an empty slot */
-    uint64_t *count;  /* (cap) */
-    size_t cap, used;
+    uint64_t *count;  /* (cap) samples per key (stats.c: key_of), cap grown to the largest key */
+    size_t cap;
     uint64_t n;       /* samples */
     long double sum, sum_sq; /* of the exact values */
-    double unit;      /* value per key step (e.g. 1e-3 for ms values on a us grid) */
+    double min, max;  /* exact */
+    double unit;      /* value per key step on the linear grid (1e-3 for ms values on a us grid) */
 } qhist;
 
-/* unit: the quantum, in the values' unit (1e-3 for milliseconds quantised to microseconds). */
+/* unit: the quantum, in the values' unit (1e-3 for milliseconds quantised to microseconds).
+ * Values must be finite and >= 0. */
 void qhist_init(qhist *h, double unit);
 void qhist_add(qhist *h, double x, uint64_t count);
 void qhist_free(qhist *h);

@@ -176,3 +176,27 @@ int publish_dir(const char *tmp, const char *dir, terr *e)
     if (had) remove_tree(old);
     return 0;
 }
+
+int out_atomic_open(out_atomic *o, const char *path, const char *mode, terr *e)
+{
+    struct stat st;
+    o->path = path;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) snprintf(o->tmp, sizeof o->tmp, "%s", path);
+    else snprintf(o->tmp, sizeof o->tmp, "%s.tmp-%d", path, (int)getpid());
+    if (!(o->f = fopen(o->tmp, mode))) return terr_set(e, "%s: cannot create: %s", o->tmp, strerror(errno));
+    return 0;
+}
+
+int out_atomic_close(out_atomic *o, bool ok, terr *e)
+{
+    if (!o->f) return -1;
+    bool in_place = strcmp(o->tmp, o->path) == 0;
+    bool written = !ferror(o->f); /* a write that failed earlier (a full disk) */
+    errno = 0;
+    written = fclose(o->f) == 0 && written;
+    o->f = NULL;
+    if (ok && written && (in_place || rename(o->tmp, o->path) == 0)) return 0;
+    if (ok) terr_set(e, "%s: cannot write: %s", o->path, errno ? strerror(errno) : "a write failed");
+    if (!in_place) unlink(o->tmp);
+    return -1;
+}

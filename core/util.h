@@ -10,6 +10,7 @@
 #ifndef TANDEM_UTIL_H
 #define TANDEM_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,5 +67,20 @@ int remove_tree(const char *path);
  * once tmp is in place is the old one removed). Returns 0, or -1 with e set; on failure dir is
  * as it was and tmp is removed. */
 int publish_dir(const char *tmp, const char *dir, terr *e);
+
+/* An output file that is complete or absent: written as PATH.tmp-PID and renamed to PATH when
+ * closed with every write done (PATH itself is written when it exists and is not a regular
+ * file, such as /dev/stdout, a pipe or a symbolic link, which a rename would replace). */
+typedef struct out_atomic {
+    FILE *f;
+    char tmp[4200];
+    const char *path;
+} out_atomic;
+/* 0, or -1 with e = "PATH: cannot create: why". */
+int out_atomic_open(out_atomic *o, const char *path, const char *mode, terr *e);
+/* Closes o. With ok and no write error (ferror or fclose), puts the file in place and returns
+ * 0; otherwise removes the temporary file and returns -1 (with e = "PATH: cannot write: why"
+ * when ok, as the failure is then a write's). */
+int out_atomic_close(out_atomic *o, bool ok, terr *e);
 
 #endif

@@ -248,6 +248,7 @@ static int open_index(st_checkpoint *c, const char *index_path, terr *e)
         if (!shard || !*shard || strchr(shard, '/')) {
             terr_set(e, "%s: weight_map[\"%s\"] must be a file name in the same directory",
                      index_path, name);
+            c->num_files = 0; /* counted shard names, but no files opened (c->files is NULL) */
             goto out_shards;
         }
         int32_t k = 0;

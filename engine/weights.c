@@ -161,6 +161,16 @@ static int find(const wt_source *s, const wt_tensor *t, const st_file **f, const
     return check_tensor(*f, *st, t, e);
 }
 
+/* A checkpoint's weights must be finite: one NaN or Inf makes every logit NaN. The scan rides
+ * on the copy the read makes anyway. */
+static int not_finite(const st_file *f, const wt_tensor *t, int64_t i, float v, terr *e)
+{
+    return terr_set(e, "%s: tensor \"%s\" holds %s at element %lld (weights must be finite)", f->path, t->name,
+                    isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)i);
+}
+
+static inline bool bf16_finite(uint16_t b) { return (b & 0x7f80) != 0x7f80; }
+
 int wt_read_f32(const wt_source *s, const wt_tensor *t, float *dst, terr *e)
 {
     int64_t n = t->rows * t->cols;
@@ -174,7 +184,8 @@ int wt_read_f32(const wt_source *s, const wt_tensor *t, float *dst, terr *e)
     const st_tensor *st;
     if (find(s, t, &f, &st, e)) return -1;
     const uint8_t *p = st_tensor_data(f, st);
-    for (int64_t i = 0; i < n; i++) dst[i] = load_elem(p, st->dtype, i);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(dst[i] = load_elem(p, st->dtype, i))) return not_finite(f, t, i, dst[i], e);
     return 0;
 }
 
@@ -190,11 +201,10 @@ int wt_read_bf16(const wt_source *s, const wt_tensor *t, uint16_t *dst, terr *e)
     const st_tensor *st;
     if (find(s, t, &f, &st, e)) return -1;
     const uint8_t *p = st_tensor_data(f, st);
-    if (st->dtype == ST_BF16) {
-        memcpy(dst, p, (size_t)n * 2);
-    } else {
-        for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(load_elem(p, st->dtype, i));
-    }
+    if (st->dtype == ST_BF16) memcpy(dst, p, (size_t)n * 2);
+    else for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(load_elem(p, st->dtype, i));
+    for (int64_t i = 0; i < n; i++) /* after rounding: an F32 beyond bf16's range is Inf too */
+        if (!bf16_finite(dst[i])) return not_finite(f, t, i, bf16_to_f32(dst[i]), e);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "testutil.h"
@@ -65,6 +66,7 @@ START_TEST(bad_flags_exit_2_naming_the_flag)
         /* sizes that would allocate gigabytes of block tables are flag errors, not aborts */
         {{"--num-gpu-blocks-override", "2147483647"}, "--num-gpu-blocks-override: 2147483647 is out of range"},
         {{"--preemption-mode", "swap", "--swap-space", "1e300"}, "--swap-space: 1e+300 GiB is not in"},
+        {{"--time-scale", "1e300"}, "--time-scale: 1e+300 is not in (0, 1000]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[12] = {"tandem", "sim", "--trace", CONV};
@@ -149,12 +151,41 @@ START_TEST(lost_output_is_exit_1_and_leaves_nothing_half_written)
     ck_assert_msg(r.exit_code == 1 && strstr(r.err, "--dump-logits"), "dump to a full disk: exit %d: %s", r.exit_code,
                   r.err);
     cli_result_free(&r);
-    char *dir = make_temp_dir("lost"), out[4300], tmp[4400];
+    char *dir = make_temp_dir("lost"), out[4300], cmd[9000];
     snprintf(out, sizeof out, "%s/missing/t.csv", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
     r = run_cli("trace", "gen", "--num-requests", "10", "--out", out, NULL);
     ck_assert_msg(r.exit_code == 1, "trace gen into a missing directory: exit %d: %s", r.exit_code, r.err);
-    ck_assert_msg(access(out, F_OK) && access(tmp, F_OK), "trace gen left a file behind");
+    ck_assert_msg(access(out, F_OK), "trace gen left a file behind");
+    cli_result_free(&r);
+    /* A disk that fills part way: a file size limit (ulimit -f, SIGXFSZ ignored) fails the
+     * writes after the first 8 KiB with EFBIG, as ENOSPC would. */
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    const char *fills[][2] = {
+        {"trace gen --num-requests 5000 --out %s/g.csv", "g.csv"},
+        {"sim --trace " CONV " --max-requests 300 --quiet --out %s/run", "run"},
+        {"generate --model synthetic:tiny-llama2 --backend cpu --prompt-ids 1,2 --max-tokens 8 --dump-logits %s/d.f32",
+         "d.f32"},
+        {"trace stats " CONV " --bin-seconds 1 --rate-csv %s/rate.csv", "rate.csv"},
+    };
+    for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++) {
+        char args[4500];
+        snprintf(args, sizeof args, fills[i][0], dir);
+        snprintf(cmd, sizeof cmd, "sh -c \"ulimit -f 8; trap '' XFSZ; exec %s %s\" >/dev/null 2>&1", bin, args);
+        int st = system(cmd);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "tandem %s on a disk that fills: status %d, want exit 1",
+                      args, st);
+        snprintf(cmd, sizeof cmd, "ls %s/%s* 2>/dev/null | grep -q .", dir, fills[i][1]);
+        ck_assert_msg(system(cmd) != 0, "tandem %s on a disk that fills left a file behind", args);
+    }
+    /* --out naming a symbolic link (or a device) is written through, not replaced */
+    char target[4400], link[4400];
+    snprintf(target, sizeof target, "%s/target.csv", dir);
+    snprintf(link, sizeof link, "%s/link.csv", dir);
+    ck_assert(symlink(target, link) == 0);
+    r = run_cli("trace", "gen", "--num-requests", "10", "--out", link, NULL);
+    struct stat lst;
+    ck_assert_msg(r.exit_code == 0 && lstat(link, &lst) == 0 && S_ISLNK(lst.st_mode) && access(target, F_OK) == 0,
+                  "trace gen --out LINK replaced the link instead of writing its target: %s", r.err);
     cli_result_free(&r);
     free(dir);
 }

@@ -462,6 +462,18 @@ START_TEST(malformed_safetensors_are_clear_errors)
                   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 0, 16);
     expect_st_error(p, "overlap", "\"b\"", "overlapping tensors");
     free(p);
+    /* an index whose second shard name is bad, after a good one (found by fuzz_safetensors_index:
+     * it crashed closing shards it had counted but not opened) */
+    char sub[4300];
+    snprintf(sub, sizeof sub, "%s/idx", dir);
+    mkdir(sub, 0755);
+    char *ip = write_temp_file(sub, "model.safetensors.index.json",
+                               "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"b/../a.safetensors\"}}");
+    st_checkpoint ck;
+    terr ie = {{0}};
+    ck_assert_msg(st_checkpoint_open(&ck, sub, &ie) == -1 && strstr(ie.msg, "weight_map[\"y\"] must be a file name"),
+                  "a shard name with a slash: %s", ie.msg);
+    free(ip);
     free(dir);
 }
 END_TEST
@@ -793,6 +805,29 @@ END_TEST
 
 /* A NaN in the weights makes every logit NaN: the sampler reports the row, and generate stops
  * with exit 1 instead of printing made-up tokens. */
+/* Overwrites the first element of bf16 tensor `name` in DIR/model.safetensors; 0 on success. */
+static int poke_bf16(const char *dir, const char *name, uint16_t v)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_file f;
+    terr e = {{0}};
+    if (st_open(&f, path, &e)) return -1;
+    const st_tensor *t = st_find(&f, name);
+    if (!t || t->dtype != ST_BF16) {
+        st_close(&f);
+        return -1;
+    }
+    long off = (long)((const uint8_t *)st_tensor_data(&f, t) - f.map);
+    st_close(&f);
+    FILE *w = fopen(path, "r+b");
+    if (!w || fseek(w, off, SEEK_SET) || fwrite(&v, 2, 1, w) != 1) {
+        if (w) fclose(w);
+        return -1;
+    }
+    return fclose(w) ? -1 : 0;
+}
+
 START_TEST(non_finite_logits_stop_the_engine)
 {
     float row[4] = {0.5f, -INFINITY, 2.0f, 1.0f}, scratch[4];
@@ -803,19 +838,9 @@ START_TEST(non_finite_logits_stop_the_engine)
     row[3] = INFINITY;
     ck_assert_int_eq(sample_row(row, 4, 0, 1, 0, scratch), SAMPLE_NOT_FINITE);
 
-    char *dir = save_synthetic("tiny-llama2", "nan-w"), path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st_file f;
-    terr e = {{0}};
-    ck_assert_msg(st_open(&f, path, &e) == 0, "%s", e.msg);
-    const st_tensor *t = st_find(&f, "model.norm.weight");
-    ck_assert_msg(t && t->dtype == ST_BF16, "no bf16 model.norm.weight in the checkpoint");
-    long off = (long)((const uint8_t *)st_tensor_data(&f, t) - f.map);
-    st_close(&f);
-    FILE *w = fopen(path, "r+b");
-    ck_assert(w && fseek(w, off, SEEK_SET) == 0);
-    uint16_t nan16 = 0x7fc0;
-    ck_assert(fwrite(&nan16, 2, 1, w) == 1 && fclose(w) == 0);
+    /* weights too large for bf16's range but finite: activations overflow, logits are NaN */
+    char *dir = save_synthetic("tiny-llama2", "nan-w");
+    ck_assert(poke_bf16(dir, "model.norm.weight", 0x7f7f) == 0);
     cli_result r = run_cli("generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2,3",
                            "--max-tokens", "4", NULL);
     ck_assert_msg(r.exit_code == 1, "exit %d, want 1: %s", r.exit_code, r.err);
@@ -823,6 +848,26 @@ START_TEST(non_finite_logits_stop_the_engine)
     ck_assert_msg(r.out[0] == 0, "tokens were printed: %s", r.out);
     cli_result_free(&r);
     free(dir);
+}
+END_TEST
+
+/* A NaN or Inf in a checkpoint is refused at load, naming the file and the tensor (exit 2). */
+START_TEST(non_finite_weights_are_refused_at_load)
+{
+    const uint16_t bad[] = {0x7fc0, 0x7f80, 0xff80}; /* NaN, +Inf, -Inf */
+    const char *what[] = {"NaN", "+Inf", "-Inf"};
+    for (int k = 0; k < 3; k++) {
+        char *dir = save_synthetic("tiny-llama2", "nan-load");
+        ck_assert(poke_bf16(dir, "model.layers.0.mlp.down_proj.weight", bad[k]) == 0);
+        cli_result r = run_cli("generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2,3",
+                               "--max-tokens", "4", NULL);
+        ck_assert_msg(r.exit_code == 2, "%s weight: exit %d, want 2: %s", what[k], r.exit_code, r.err);
+        ck_assert_msg(strstr(r.err, "model.safetensors") && strstr(r.err, "model.layers.0.mlp.down_proj.weight") &&
+                          strstr(r.err, what[k]),
+                      "the message does not name the file, the tensor and %s: %s", what[k], r.err);
+        cli_result_free(&r);
+        free(dir);
+    }
 }
 END_TEST
 
@@ -846,6 +891,7 @@ int main(void)
     tcase_add_test(tc, cli_generate_stops_at_eos);
     tcase_add_test(tc, checkpoint_configs_of_transformers_4_and_5_give_equal_logits);
     tcase_add_test(tc, cli_generate_rejects_bad_input);
+    tcase_add_test(tc, non_finite_weights_are_refused_at_load);
     tcase_add_test(tc, non_finite_logits_stop_the_engine);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;

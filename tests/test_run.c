@@ -8,9 +8,15 @@
  * KV is computed, never what it is.
  */
 #include <check.h>
+#include <gsl/gsl_rng.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/metrics.h"
+#include "core/serve.h"
+#include "engine/engine.h"
+#include "engine/engine_executor.h"
+#include "policies/policies.h"
 #include "testutil.h"
 
 static char *dir;
@@ -190,6 +196,102 @@ START_TEST(engine_refuses_what_it_cannot_run)
     cli_result_free(&r);
 }
 END_TEST
+
+/* The property test of test_policies.c (random traces x configurations x policies, the
+ * invariants checked after every step by this TANDEM_CHECKS build: KV conserved, every request
+ * ends once, no livelock) with the CPU engine as the executor: real forward passes, measured
+ * step times, sampled tokens. Every continuous policy, recompute preemption, prefix caching on
+ * and off (swap and static batching have their own checks above). */
+START_TEST(invariants_hold_on_the_cpu_engine)
+{
+    const policy_ops *all[] = {&policy_vllm, &policy_vllm_v0, &policy_priority, &policy_sarathi,
+                               &policy_sjf,  &policy_srpt,    &policy_fair,     &policy_orca};
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 77);
+    int64_t total_preemptions = 0;
+    for (int trial = 0; trial < 120; trial++) {
+        const policy_ops *pol = all[trial % (int)(sizeof all / sizeof all[0])];
+        sched_config cfg = {
+            .max_num_seqs = 1 + (int32_t)gsl_rng_uniform_int(rng, 6),
+            .max_model_len = 32 + 16 * (int32_t)gsl_rng_uniform_int(rng, 3),
+            .block_size = 1 << gsl_rng_uniform_int(rng, 4),
+            .enable_chunked_prefill = gsl_rng_uniform(rng) < 0.7,
+            .long_prefill_token_threshold = gsl_rng_uniform(rng) < 0.3 ? 1 + (int32_t)gsl_rng_uniform_int(rng, 16) : 0,
+            .reserve_full_isl = gsl_rng_uniform(rng) < 0.5,
+            .preemption_mode = PREEMPT_RECOMPUTE,
+            .enable_prefix_caching = gsl_rng_uniform(rng) < 0.4,
+        };
+        cfg.max_num_batched_tokens = cfg.max_num_seqs + (int32_t)gsl_rng_uniform_int(rng, 48);
+        if (!cfg.enable_chunked_prefill && cfg.max_num_batched_tokens < cfg.max_model_len)
+            cfg.max_num_batched_tokens = cfg.max_model_len;
+        policy_knobs knobs = {0};
+        opts_defaults(policy_knob_specs(), &knobs);
+        terr e = {{0}};
+        ck_assert(opts_set(policy_knob_specs(), &knobs, "chunk-size", "8", &e) == 0 &&
+                  opts_set(policy_knob_specs(), &knobs, "length-predictor-error", trial % 2 ? "0.5" : "0", &e) == 0);
+        int32_t min_blocks = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
+        serve_config sc = {.sched = cfg, .policy = pol, .policy_knobs = policy_knobs_of(pol, &knobs),
+                           .num_gpu_blocks = min_blocks + (int32_t)gsl_rng_uniform_int(rng, (uint32_t)min_blocks * 2),
+                           .seed = (uint64_t)trial, .max_steps = 100000};
+        engine_opts eo;
+        engine_opts_default(&eo);
+        eo.model = "synthetic:tiny-llama2";
+        eo.backend = "cpu";
+        eo.block_size = cfg.block_size;
+        eo.num_blocks = sc.num_gpu_blocks;
+        eo.max_tokens = cfg.max_num_batched_tokens;
+        eo.max_seqs = cfg.max_num_seqs;
+        eo.max_model_len = cfg.max_model_len;
+        engine eng;
+        ck_assert_msg(engine_open(&eng, &eo, &e) == 0, "trial %d: %s", trial, e.msg);
+        sc.model = &eng.mc;
+        executor ex;
+        ck_assert_msg(engine_executor_create(&ex, &eng, 0, 1, (uint64_t)trial, &e) == 0, "%s", e.msg);
+        int n = 1 + (int)gsl_rng_uniform_int(rng, 12);
+        arrival arr[12];
+        uint64_t hashes[12][2];
+        int64_t t = 0;
+        for (int i = 0; i < n; i++) {
+            t += (int64_t)(gsl_rng_uniform(rng) * 2e6);
+            int32_t prompt = 1 + (int32_t)gsl_rng_uniform_int(rng, (uint32_t)cfg.max_model_len + 8);
+            arr[i] = (arrival){.arrival_ns = t, .prompt_tokens = prompt,
+                               .output_tokens = 1 + (int32_t)gsl_rng_uniform_int(rng, 24),
+                               .priority = (int32_t)gsl_rng_uniform_int(rng, 3),
+                               .client_id = (int32_t)gsl_rng_uniform_int(rng, 3)};
+            if (gsl_rng_uniform(rng) < 0.5) { /* shared prefixes */
+                hashes[i][0] = gsl_rng_uniform_int(rng, 2);
+                hashes[i][1] = 10 + gsl_rng_uniform_int(rng, 2);
+                arr[i].hashes = hashes[i];
+                arr[i].num_hashes = 1 + (prompt > 512);
+            }
+        }
+        array_source as;
+        tclock clock;
+        tclock_init_sim(&clock);
+        metrics *m;
+        metrics_options mo = {0};
+        ck_assert(metrics_open(&m, &mo, &e) == 0);
+        serve_result res;
+        int rc = serve_run(&sc, array_source_make(&as, arr, n), ex, &clock, m, NULL, &res, &e);
+        ck_assert_msg(rc == 0, "trial %d (%s): %s", trial, pol->name, e.msg);
+        metrics_summary sum;
+        ck_assert(metrics_finish(m, NULL, &sum, &e) == 0);
+        metrics_free(m);
+        ck_assert_msg(res.num_finished + res.num_rejected == n, "trial %d (%s): %d requests, %lld finished + %lld rejected",
+                      trial, pol->name, n, (long long)res.num_finished, (long long)res.num_rejected);
+        ck_assert_msg(res.kv_blocks_leaked == 0, "trial %d (%s): %d blocks leaked", trial, pol->name, res.kv_blocks_leaked);
+        ck_assert_msg(sum.rejected_by_reason[REJECT_UNSCHEDULABLE] == 0, "trial %d (%s): requests stranded", trial,
+                      pol->name);
+        total_preemptions += sum.num_preemptions;
+        ex.ops->destroy(ex.self);
+        engine_close(&eng);
+        opts_free(policy_knob_specs(), &knobs);
+    }
+    ck_assert_msg(total_preemptions > 20, "only %lld preemptions in the engine trials", (long long)total_preemptions);
+    gsl_rng_free(rng);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("run");
@@ -199,6 +301,7 @@ int main(void)
     tcase_add_test(tc, engine_and_simulator_run_the_same_schedule);
     tcase_add_test(tc, preemption_chunking_and_padding_keep_greedy_tokens);
     tcase_add_test(tc, engine_refuses_what_it_cannot_run);
+    tcase_add_test(tc, invariants_hold_on_the_cpu_engine);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <fcntl.h>
@@ -74,7 +75,9 @@ START_TEST(bad_specs_name_file_and_line)
         /* huge ranges are refused before anything is allocated, overflow included */
         {"trace = x\nseed = 0..9223372036854775807:3\n", "spec:2: range"},
         {"trace = x\nseed = -9223372036854775808..9223372036854775807\n", "gives 1.845e+19 values"},
-        {"trace = x\nseed = 0..60000, 0..60000\n", "an option takes at most 100000"},
+        {"trace = x\nseed = 0..60000, 0..60000\n", "spec:2: range \"0..60000\" gives 6e+04 values; a spec lists at most 100000 in all"},
+        /* the cap counts every option's values, not one range's or one line's */
+        {"trace = x\nseed = 0..60000\nmax-num-seqs = 1..60000\n", "spec:3: range \"1..60000\""},
         {"seed = 1\n", "spec: no `trace = FILE` line"},
         {"# only a comment\n\n", "spec: no options"},
         {"trace = x\r\n", "spec:1: CRLF"},
@@ -229,6 +232,135 @@ START_TEST(resumes_after_kill_running_only_missing_points)
 }
 END_TEST
 
+/* Starts `tandem sweep SPEC --out OUT -j JOBS` in its own process group, output discarded. */
+static pid_t start_sweep(const char *spec, const char *out, const char *jobs)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", 1);
+        dup2(devnull, 1), dup2(devnull, 2);
+        const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+        setpgid(0, 0);
+        execl(bin, "tandem", "sweep", spec, "--out", out, "-j", jobs, "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
+/* The pids of pid's children (at most max), from /proc. */
+static int children_of(pid_t pid, pid_t *kids, int max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    int n = 0, k;
+    while (f && n < max && fscanf(f, "%d", &k) == 1) kids[n++] = k;
+    if (f) fclose(f);
+    return n;
+}
+
+/* True while pid runs (a zombie no longer does). */
+static bool is_running(pid_t pid)
+{
+    char path[64], state = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1) state = 0;
+    fclose(f);
+    return state && state != 'Z' && state != 'X';
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A spec whose points take seconds each: 1 M requests. */
+static char *slow_spec(const char *dir)
+{
+    char trace[4300], body[4400];
+    snprintf(trace, sizeof trace, "%s/t1m.csv", dir);
+    cli_result r = run_cli("trace", "gen", "--num-requests", "1000000", "--rate", "30", "--out", trace, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(body, sizeof body, "trace = %s\nsteps = false\nrequests = false\nseed = 0, 1, 2, 3\n", trace);
+    return spec_file(dir, body);
+}
+
+/* kill -9 of a sweep leaves no worker running (they get SIGTERM when their parent dies). */
+START_TEST(workers_die_with_a_killed_sweep)
+{
+    char *dir = make_temp_dir("sweeporphan");
+    char *spec = slow_spec(dir), out[4300];
+    snprintf(out, sizeof out, "%s/out", dir);
+    pid_t pid = start_sweep(spec, out, "2"), kids[8];
+    int n = 0;
+    for (int i = 0; i < 2000 && (n = children_of(pid, kids, 8)) < 2; i++) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    ck_assert_msg(n == 2, "the sweep started %d workers, want 2", n);
+    kill(pid, SIGKILL); /* the parent alone, as `kill -9 PID` does */
+    waitpid(pid, NULL, 0);
+    int alive = n;
+    for (int i = 0; i < 500 && alive; i++) {
+        alive = 0;
+        for (int k = 0; k < n; k++) alive += is_running(kids[k]);
+        if (alive) nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    for (int k = 0; k < n; k++) kill(kids[k], SIGKILL); /* don't leave them if the check fails */
+    ck_assert_msg(alive == 0, "%d workers still running 5 s after their sweep was killed", alive);
+    free(spec), free(dir);
+}
+END_TEST
+
+/* Ctrl-C (SIGINT to the sweep's process group) stops a -j 1 sweep at once, not after the
+ * point it is running: a point takes seconds here. */
+START_TEST(ctrl_c_stops_a_j1_sweep_at_once)
+{
+    char *dir = make_temp_dir("sweepint");
+    char *spec = slow_spec(dir), out[4300];
+    snprintf(out, sizeof out, "%s/out", dir);
+    pid_t pid = start_sweep(spec, out, "1"), kids[4];
+    for (int i = 0; i < 2000 && children_of(pid, kids, 4) < 1; i++) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    nanosleep(&(struct timespec){0, 200000000}, NULL); /* the point is under way */
+    double t0 = now_s();
+    kill(-pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    double waited = now_s() - t0;
+    ck_assert_msg(waited < 1.5, "the sweep took %.2f s to stop after Ctrl-C", waited);
+    ck_assert_msg(count_points(out) == 0, "an interrupted point was kept");
+    free(spec), free(dir);
+}
+END_TEST
+
+/* A second sweep into a DIR that one is writing is refused (DIR/.lock), and runs once the
+ * first is done. */
+START_TEST(a_second_sweep_into_the_same_dir_is_refused)
+{
+    char *dir = make_temp_dir("sweeplock");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_conv_2023.csv\nmax-requests = 50\nseed = 0, 1\n");
+    char out[4300], lock[4400];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(lock, sizeof lock, "%s/.lock", out);
+    cli_result r = run_cli("sweep", spec, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    int fd = open(lock, O_RDWR);
+    ck_assert_msg(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "no %s, or the finished sweep still holds it", lock);
+    r = run_cli("sweep", spec, "--out", out, "--quiet", NULL); /* while we hold it, as a running sweep does */
+    ck_assert_msg(r.exit_code == 1 && strstr(r.err, "another sweep is writing it"), "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    close(fd);
+    r = run_cli("sweep", spec, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "after the lock is released: %s", r.err);
+    cli_result_free(&r);
+    free(spec), free(dir);
+}
+END_TEST
+
 /* A 2-rank sweep under mpirun splits the points: each rank runs some, rank 0 writes the whole
  * table, equal to a local sweep's. */
 START_TEST(mpi_two_ranks_split_points)
@@ -315,6 +447,9 @@ int main(void)
     tcase_add_test(tc, bad_point_fails_before_running);
     tcase_add_test(tc, results_table_matches_direct_sim);
     tcase_add_test(tc, resumes_after_kill_running_only_missing_points);
+    tcase_add_test(tc, workers_die_with_a_killed_sweep);
+    tcase_add_test(tc, ctrl_c_stops_a_j1_sweep_at_once);
+    tcase_add_test(tc, a_second_sweep_into_the_same_dir_is_refused);
     tcase_add_test(tc, mpi_two_ranks_split_points);
     tcase_add_test(tc, progress_line_only_on_a_terminal);
     suite_add_tcase(s, tc);

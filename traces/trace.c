@@ -26,8 +26,9 @@
 #include "core/request.h"
 #include "traces/lines.h"
 
-/* Largest arrival offset a trace may state, in seconds: ~31 years keeps every ns value (even
- * after a time_scale of 100) far inside int64. */
+/* Largest arrival offset a trace may state, in seconds: ~31 years keeps every ns value far
+ * inside int64 (9.2e9 s); a time_scale above ~9 can still overflow a late row, which is then a
+ * FILE:LINE error (place_in_time). */
 #define TRACE_MAX_ARRIVAL_S 1e9
 /* More header columns than this is not a trace we know. */
 #define TRACE_MAX_COLUMNS 64
@@ -532,8 +533,8 @@ int trace_open(trace_reader **out, const char *path, const trace_options *opt, t
 {
     *out = NULL;
     trace_options o = opt ? *opt : trace_options_default();
-    if (!(o.time_scale > 0) || !isfinite(o.time_scale))
-        return terr_set(e, "%s: time scale %g must be a positive number", path, o.time_scale);
+    if (!(o.time_scale > 0 && o.time_scale <= TRACE_MAX_TIME_SCALE))
+        return terr_set(e, "%s: time scale %g is not in (0, %g]", path, o.time_scale, TRACE_MAX_TIME_SCALE);
     trace_reader *t = xcalloc(1, sizeof *t);
     t->opt = o;
     if (trace_lines_open(&t->lines, path, e)) {

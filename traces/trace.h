@@ -48,9 +48,14 @@
 
 /* Longest prompt or output a trace row may ask for; anything longer is an input error. */
 #define TRACE_MAX_TOKENS (1 << 24)
+/* Largest time_scale: a trace's arrivals stretched 1000x is beyond any experiment, and a bound
+ * checked with the flags keeps absurd values (1e300) from failing only at the row that
+ * overflows. A row whose scaled time would still overflow is a FILE:LINE error. */
+#define TRACE_MAX_TIME_SCALE 1000.0
 
 typedef struct trace_options {
-    double time_scale;    /* arrival offsets are multiplied by this (0.5 = twice the rate); > 0 */
+    double time_scale;    /* arrival offsets are multiplied by this (0.5 = twice the rate); in
+                             (0, TRACE_MAX_TIME_SCALE] */
     int64_t max_requests; /* stop after this many accepted rows; <= 0: no limit */
     bool skip_bad_rows;   /* skip and count bad rows instead of failing */
 } trace_options;

@@ -5,6 +5,8 @@
 #       in [256, 768], outputs in [64, 192] tokens: about 70% of what the simulated H200 serves
 #       (~42 req/s), so the queue stays bounded, as in a real deployment (an overloaded server's
 #       queue, and memory, grow without bound)
+#   (c) the same process at 2,000,000 requests, rows not written: peak RSS should match (b)'s,
+#       since the trace streams and every latency goes into a bounded histogram
 # For each: wall time, simulated steps per second, peak RSS (GNU time), pinned to one core.
 set -euo pipefail
 BIN=${TANDEM_BIN:-build/tandem}
@@ -31,12 +33,18 @@ if [ ! -f "$OUT/synthetic_1m.csv" ]; then
     "$BIN" trace gen --num-requests 1000000 --rate 30 --length-dist uniform --input-len 512 \
         --output-len 128 --range-ratio 0.5 --seed 1 --out "$OUT/synthetic_1m.csv"
 fi
+if [ ! -f "$OUT/synthetic_2m.csv" ]; then
+    "$BIN" trace gen --num-requests 2000000 --rate 30 --length-dist uniform --input-len 512 \
+        --output-len 128 --range-ratio 0.5 --seed 1 --out "$OUT/synthetic_2m.csv"
+fi
 echo "tandem bench ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m)); one core each:"
 run azure_conv_19k traces/samples/azure_conv_2023.csv
 run synthetic_1m "$OUT/synthetic_1m.csv"
 run synthetic_1m_no_steps "$OUT/synthetic_1m.csv" --no-steps
+run synthetic_2m_no_rows "$OUT/synthetic_2m.csv" --no-steps --no-requests
+run synthetic_1m_no_rows "$OUT/synthetic_1m.csv" --no-steps --no-requests
 
-# (c) a 1,000-point sweep over the Azure chat trace on every core of this machine
+# (d) a 1,000-point sweep over the Azure chat trace on every core of this machine
 rm -rf "$OUT/sweep_1000"
 t0=$(date +%s.%N)
 "$BIN" sweep tests/bench/sweep_1000.spec --out "$OUT/sweep_1000" --quiet
