@@ -38,6 +38,11 @@
 
 /* Width of the longest histogram bar, in characters. */
 #define HIST_BAR_WIDTH 40
+/* The busy fraction a suggested replica count aims at by the estimate below. The estimate counts
+ * full decode batches and no queueing, so replicas run busier than it says: on the Mooncake
+ * conversation trace (Llama-3.1-8B, H200) it suggests 4, and `tandem sim` runs those 95% busy. */
+#define REPLICA_TARGET_BUSY 0.5
+
 /* max_num_batched_tokens is never suggested below this (see suggest()). */
 #define BATCHED_TOKENS_MIN 2048
 
@@ -130,6 +135,11 @@ typedef struct stats_report {
     double mixed_step_ms[NUM_BUDGETS];  /* max_num_seqs - 1 decodes + a chunk filling the budget */
     int32_t p90_prefill_steps[NUM_BUDGETS];
     int64_t kv_blocks_suggested;        /* KV blocks with the suggested budgets */
+    double request_gpu_ms;              /* one replica's busy time per request, at the suggestions */
+    double prefill_ms;                  /* of which prefilling the mean prompt */
+    int32_t replicas_min;               /* fewer cannot keep up with the mean rate, by the estimate */
+    int32_t replicas_mean, replicas_peak; /* replicas that keep each under REPLICA_TARGET_BUSY busy
+                                             at the mean rate / the busiest bin's rate */
     char *reasoning[3];                 /* paragraphs: max_num_seqs, max_num_batched_tokens, notes */
 } stats_report;
 
@@ -277,6 +287,15 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
     r->decode_context = mean_prompt + mean_output / 2;
     int32_t S = r->max_num_seqs, ctx = (int32_t)lround(r->decode_context);
     r->decode_step_ms = step_ms(cm, self, S, ctx, 0);
+    /* --num-replicas: a request costs its replica the prefill of its prompt plus its share of
+     * the decode steps it rides in (a full batch of S at the typical context) */
+    r->prefill_ms = step_ms(cm, self, 0, 0, (int32_t)lround(mean_prompt));
+    r->request_gpu_ms = r->prefill_ms + mean_output * r->decode_step_ms / S;
+    double need_mean = isnan(r->st.mean_rate) ? 0 : r->st.mean_rate * r->request_gpu_ms / 1e3 / REPLICA_TARGET_BUSY;
+    double need_peak = isnan(r->st.peak_bin_rate) ? 0 : r->st.peak_bin_rate * r->request_gpu_ms / 1e3 / REPLICA_TARGET_BUSY;
+    r->replicas_min = (int32_t)fmax(1, ceil(need_mean * REPLICA_TARGET_BUSY));
+    r->replicas_mean = (int32_t)fmax(1, ceil(need_mean));
+    r->replicas_peak = (int32_t)fmax(r->replicas_mean, ceil(need_peak));
     for (int i = 0; i < NUM_BUDGETS; i++) {
         int32_t chunk = max_i32(budget_candidates[i] - (S - 1), 1);
         r->mixed_step_ms[i] = step_ms(cm, self, S - 1, ctx, chunk);
@@ -326,6 +345,17 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
         para(p, "%.1f%% of the %d-token prompt blocks repeat an earlier one: --enable-prefix-caching (tandem sim and "
              "vLLM) can skip up to that share of prompt blocks' prefill, if the cache keeps them. ",
              100.0 * r->st.repeat_fraction, PREFIX_HASH_BLOCK_TOKENS);
+    if (!isnan(r->st.mean_rate))
+        para(p, "--num-replicas %d: on the same roofline a request costs one replica about %.1f ms of GPU time (%.1f ms "
+             "to prefill the mean prompt of %.0f tokens, plus its share of %.0f decode steps of %d sequences); at the "
+             "mean rate of %.2f req/s fewer than %d replica%s cannot keep up, and %d keep each under %.0f%% busy by this "
+             "estimate (it counts full decode batches and no queueing: real replicas run busier); the busiest %g s bin "
+             "(%.2f req/s) needs %d. Spread them with --router least-outstanding%s, then check the tail latencies with "
+             "tandem sim. ",
+             r->replicas_mean, r->request_gpu_ms, r->prefill_ms, mean_prompt, mean_output, S, r->st.mean_rate,
+             r->replicas_min, r->replicas_min == 1 ? "" : "s", r->replicas_mean, 100 * REPLICA_TARGET_BUSY, r->bin_s,
+             r->st.peak_bin_rate, r->replicas_peak,
+             r->st.has_hashes ? " (prefix-affinity with --enable-prefix-caching for shared prefixes)" : "");
     if (r->rejected > 0)
         para(p, "%.1f%% of the prompts are at least max_model_len long and would be rejected; a model with a context "
              "of %.0f tokens (the p99 total) would serve 99%% of the trace.",
@@ -479,8 +509,10 @@ static void print_report(FILE *f, const stats_report *r)
         if (r->block_size != KV_DEFAULT_BLOCK_SIZE) fprintf(f, " --block-size %d", r->block_size);
         if (r->max_model_len_given) fprintf(f, " --max-model-len %d", r->max_model_len);
         if (r->time_scale != 1.0) fprintf(f, " --time-scale %g", r->time_scale);
-        fprintf(f, " \\\n         --max-num-seqs %d --max-num-batched-tokens %d\n", r->max_num_seqs,
+        fprintf(f, " \\\n         --max-num-seqs %d --max-num-batched-tokens %d", r->max_num_seqs,
                 r->max_num_batched_tokens);
+        if (r->replicas_mean > 1) fprintf(f, " --num-replicas %d --router least-outstanding", r->replicas_mean);
+        fprintf(f, "\n");
     }
 }
 
@@ -581,6 +613,10 @@ static json_t *report_json(const stats_report *r, const stats_options *o)
         json_object_set_new(s, "decode_step_ms", json_real(r->decode_step_ms));
         json_object_set_new(s, "step_times", steps);
         json_object_set_new(s, "kv_blocks_with_suggestions", json_integer(r->kv_blocks_suggested));
+        json_object_set_new(s, "request_gpu_ms", json_real(r->request_gpu_ms));
+        json_object_set_new(s, "num_replicas", json_integer(r->replicas_mean));
+        json_object_set_new(s, "num_replicas_min", json_integer(r->replicas_min));
+        json_object_set_new(s, "num_replicas_peak_bin", json_integer(r->replicas_peak));
     }
     json_object_set_new(s, "reasoning", why);
     json_object_set_new(root, "suggestions", s);
