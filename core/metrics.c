@@ -47,16 +47,31 @@ static void ob_char(obuf *o, char c)
     o->buf[o->n++] = c;
 }
 
+/* "00" .. "99": two digits per division (steps.csv is millions of rows of integers) */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 static void ob_i64(obuf *o, int64_t v)
 {
     char tmp[24];
-    int k = 0;
+    int k = 24;
     uint64_t u = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
-    do tmp[k++] = (char)('0' + u % 10);
-    while (u /= 10);
-    ob_reserve(o, (size_t)k + 1);
+    while (u >= 100) {
+        const char *d = digit_pairs + 2 * (u % 100);
+        u /= 100;
+        tmp[--k] = d[1];
+        tmp[--k] = d[0];
+    }
+    if (u >= 10) {
+        tmp[--k] = digit_pairs[2 * u + 1];
+        tmp[--k] = digit_pairs[2 * u];
+    } else tmp[--k] = (char)('0' + u);
+    ob_reserve(o, (size_t)(24 - k) + 1);
     if (v < 0) o->buf[o->n++] = '-';
-    while (k) o->buf[o->n++] = tmp[--k];
+    memcpy(o->buf + o->n, tmp + k, (size_t)(24 - k));
+    o->n += (size_t)(24 - k);
 }
 
 /* Writes v / 10^decimals with exactly `decimals` digits after the point. */

@@ -43,9 +43,14 @@ EOF
 }
 
 plot() {
-    gp vs_x -e logx=2 -e 'logy="mean_ttft_ms"' -e ncols=2 -e 'key="top right"' "$RES/$TAG.csv" \
-        "$FIG/cluster_$TAG" "Mooncake conversation on N x Llama-3.1-8B (H200), prefix caching, by router" \
-        num-replicas "mean_ttft_ms request_goodput prefix_cache_hit_rate load_imbalance" router
+    local tag what
+    for tag in mooncake mooncake_full; do
+        [ -f "$RES/$tag.csv" ] || continue
+        what=$([ $tag = mooncake ] && echo "first 2,000 requests" || echo "12,031 requests")
+        gp vs_x -e logx=2 -e 'logy="mean_ttft_ms"' -e ncols=2 -e 'key="top right"' "$RES/$tag.csv" \
+            "$FIG/cluster_$tag" "Mooncake conversation ($what) on N x Llama-3.1-8B (H200), prefix caching, by router" \
+            num-replicas "mean_ttft_ms request_goodput prefix_cache_hit_rate load_imbalance" router
+    done
     gp vs_x -e 'logy="p99_ttft_ms mean_ttft_ms"' -e ncols=3 -e 'key="top right"' "$RES/azure_code.csv" \
         "$FIG/cluster_azure_code" "Azure code trace 10x faster on N x Llama-3-8B (H200): bursts by router" \
         num-replicas "mean_ttft_ms p99_ttft_ms load_imbalance" router

@@ -5,6 +5,11 @@
 #       in [256, 768], outputs in [64, 192] tokens: about 70% of what the simulated H200 serves
 #       (~42 req/s), so the queue stays bounded, as in a real deployment (an overloaded server's
 #       queue, and memory, grow without bound)
+#   (c) the Mooncake conversation trace (12,031 requests; MOONCAKE=FILE, else the bundled first
+#       2,000) on 16 replicas of Llama-3.1-8B, least-outstanding router, without and with prefix
+#       caching (prefix-affinity router)
+#   (d) a 1,000,000-request synthetic trace on 64 replicas: as (b) at 1,900 req/s, ~70% of 64
+#       simulated H200s, least-outstanding router
 # For each: wall time, simulated steps per second, peak RSS (GNU time), pinned to one core.
 set -euo pipefail
 BIN=${TANDEM_BIN:-build/tandem}
@@ -35,6 +40,15 @@ echo "tandem bench ($(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m)); one core
 run azure_conv_19k traces/samples/azure_conv_2023.csv
 run synthetic_1m "$OUT/synthetic_1m.csv"
 run synthetic_1m_no_steps "$OUT/synthetic_1m.csv" --no-steps
+MOONCAKE=${MOONCAKE:-traces/samples/mooncake_conversation_2k.jsonl}
+run mooncake_16_replicas "$MOONCAKE" --model llama-3.1-8b --num-replicas 16 --router least-outstanding
+run mooncake_16_replicas_prefix "$MOONCAKE" --model llama-3.1-8b --num-replicas 16 --router prefix-affinity \
+    --enable-prefix-caching
+if [ ! -f "$OUT/synthetic_1m_64r.csv" ]; then
+    "$BIN" trace gen --num-requests 1000000 --rate 1900 --length-dist uniform --input-len 512 \
+        --output-len 128 --range-ratio 0.5 --seed 1 --out "$OUT/synthetic_1m_64r.csv"
+fi
+run synthetic_1m_64_replicas "$OUT/synthetic_1m_64r.csv" --num-replicas 64 --router least-outstanding
 
 # (c) a 1,000-point sweep over the Azure chat trace on every core of this machine
 rm -rf "$OUT/sweep_1000"
