@@ -243,8 +243,15 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     if (kv_capacity_compute(&su->kv, &su->shard, su->gpu, o->gpu_memory_utilization, c->block_size,
                             c->max_num_batched_tokens, c->max_num_seqs, c->max_model_len,
                             o->num_gpu_blocks_override ? NULL : e) &&
-        !o->num_gpu_blocks_override)
+        !o->num_gpu_blocks_override) {
+        /* weights alone fill the GPU: the way out is more GPUs per replica */
+        if (su->kv.weight_bytes + su->kv.activation_bytes >= su->kv.usable_bytes && su->tensor_parallel < 8) {
+            size_t n = strlen(e->msg);
+            snprintf(e->msg + n, sizeof e->msg - n, "; or split the model over GPUs with --tensor-parallel-size %d",
+                     su->tensor_parallel * 2);
+        }
         return -1;
+    }
     if (o->num_gpu_blocks_override) su->kv.num_blocks = o->num_gpu_blocks_override;
     if (su->kv.num_blocks > INT32_MAX) su->kv.num_blocks = INT32_MAX;
     double swap_blocks = o->swap_space * 1073741824.0 / (double)su->kv.bytes_per_block;
