@@ -164,6 +164,17 @@ int serving_resolve_model_gpu(const serving_options *o, serving_setup *su, terr 
     return 0;
 }
 
+/* A KV capacity error: when the weights alone fill the GPU, the way out is more GPUs per replica. */
+static int tp_hint(const serving_setup *su, terr *e)
+{
+    if (su->kv.weight_bytes + su->kv.activation_bytes >= su->kv.usable_bytes && su->tensor_parallel < 8) {
+        size_t n = strlen(e->msg);
+        snprintf(e->msg + n, sizeof e->msg - n, "; or split the model over GPUs with --tensor-parallel-size %d",
+                 su->tensor_parallel * 2);
+    }
+    return -1;
+}
+
 int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *e)
 {
     *su = (serving_setup){0};
@@ -171,9 +182,10 @@ int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *
         check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
         check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e))
         return -1;
-    return kv_capacity_compute(&su->kv, &su->shard, su->gpu, o->gpu_memory_utilization, su->sched.block_size,
-                               (int32_t)o->max_num_batched_tokens, (int32_t)o->max_num_seqs,
-                               su->sched.max_model_len, e);
+    if (kv_capacity_compute(&su->kv, &su->shard, su->gpu, o->gpu_memory_utilization, su->sched.block_size,
+                            (int32_t)o->max_num_batched_tokens, (int32_t)o->max_num_seqs, su->sched.max_model_len, e))
+        return tp_hint(su, e);
+    return 0;
 }
 
 int serving_resolve_cost_model(const char *spec, serving_setup *su, terr *e)
@@ -243,15 +255,8 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     if (kv_capacity_compute(&su->kv, &su->shard, su->gpu, o->gpu_memory_utilization, c->block_size,
                             c->max_num_batched_tokens, c->max_num_seqs, c->max_model_len,
                             o->num_gpu_blocks_override ? NULL : e) &&
-        !o->num_gpu_blocks_override) {
-        /* weights alone fill the GPU: the way out is more GPUs per replica */
-        if (su->kv.weight_bytes + su->kv.activation_bytes >= su->kv.usable_bytes && su->tensor_parallel < 8) {
-            size_t n = strlen(e->msg);
-            snprintf(e->msg + n, sizeof e->msg - n, "; or split the model over GPUs with --tensor-parallel-size %d",
-                     su->tensor_parallel * 2);
-        }
-        return -1;
-    }
+        !o->num_gpu_blocks_override)
+        return tp_hint(su, e);
     if (o->num_gpu_blocks_override) su->kv.num_blocks = o->num_gpu_blocks_override;
     if (su->kv.num_blocks > INT32_MAX) su->kv.num_blocks = INT32_MAX;
     double swap_blocks = o->swap_space * 1073741824.0 / (double)su->kv.bytes_per_block;

@@ -312,6 +312,32 @@ START_TEST(bad_cluster_flags_name_the_flag)
 }
 END_TEST
 
+START_TEST(trace_stats_suggests_replicas_and_tensor_parallelism)
+{
+    /* one H200 cannot hold a 70B model: the error says how to split it */
+    cli_result r = run_cli("trace", "stats", "traces/samples/mooncake_conversation_2k.jsonl", "--model", "llama-3-70b", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--tensor-parallel-size 2"), "70B on one GPU: exit %d, %s",
+                  r.exit_code, r.err);
+    cli_result_free(&r);
+    char json[4300];
+    snprintf(json, sizeof json, "%s/stats.json", dir);
+    r = run_cli("trace", "stats", "traces/samples/mooncake_conversation_2k.jsonl", "--model", "llama-3-70b",
+                "--tensor-parallel-size", "4", "--json", json, NULL);
+    ck_assert_msg(r.exit_code == 0, "TP 4: %s", r.err);
+    ck_assert_msg(strstr(r.out, "--tensor-parallel-size 4") && strstr(r.out, "--num-replicas"),
+                  "the suggested command lacks the TP size or the replica count:\n%s", r.out);
+    cli_result_free(&r);
+    json_t *j = load_json(dir, "stats.json");
+    json_t *sug = json_object_get(j, "suggestions");
+    int64_t lo = json_integer_value(json_object_get(sug, "num_replicas_min")),
+            n = json_integer_value(json_object_get(sug, "num_replicas")),
+            peak = json_integer_value(json_object_get(sug, "num_replicas_peak_bin"));
+    ck_assert_msg(lo >= 1 && n >= lo && peak >= n, "replica suggestions out of order: min %lld, suggested %lld, peak %lld",
+                  (long long)lo, (long long)n, (long long)peak);
+    json_decref(j);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster");
@@ -323,6 +349,7 @@ int main(void)
     tcase_add_test(tc, closed_loop_holds_arrivals_until_a_request_ends);
     tcase_add_test(tc, tensor_parallel_gives_more_kv_and_shorter_steps);
     tcase_add_test(tc, bad_cluster_flags_name_the_flag);
+    tcase_add_test(tc, trace_stats_suggests_replicas_and_tensor_parallelism);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
