@@ -14,6 +14,10 @@
 # one second). Replayed 10x faster on N Llama-3-8B replicas, does a load-aware router
 # (least-outstanding, least-kv, power-of-two) absorb the bursts that round-robin piles onto
 # whichever replica is next?
+#
+# Question 3: the fewest GPUs for a goodput target, as one spec: Llama-3.1-70B (which needs 2
+# H200s at least) on the Mooncake sample, tensor-parallel size 2, 4 or 8 x 1 to 8 replicas,
+# least-kv router, prefix caching: which split gives the most goodput per GPU?
 source "$(dirname "$0")/lib.sh"
 exp_init cluster
 
@@ -40,6 +44,18 @@ router = round-robin, least-outstanding, least-kv, power-of-two
 num-replicas = 2, 3, 4, 6, 8
 EOF
     keep_results azure_code
+    sweep fewest_gpus --quiet <<EOF
+trace = traces/samples/mooncake_conversation_2k.jsonl
+model = llama-3.1-70b
+max-model-len = 65536
+enable-prefix-caching = true
+router = least-kv
+goodput = "ttft:2000 tpot:100"
+tensor-parallel-size = 2, 4, 8
+num-replicas = 1, 2, 3, 4, 6, 8
+EOF
+    "$PLOTS/csv_select.sh" -a 'split="TP " c["tensor-parallel-size"]' "$RAW/fewest_gpus/results.csv" \
+        > "$RES/fewest_gpus.csv"
 }
 
 plot() {
@@ -54,6 +70,9 @@ plot() {
     gp vs_x -e 'logy="p99_ttft_ms mean_ttft_ms"' -e ncols=3 -e 'key="top right"' "$RES/azure_code.csv" \
         "$FIG/cluster_azure_code" "Azure code trace 10x faster on N x Llama-3-8B (H200): bursts by router" \
         num-replicas "mean_ttft_ms p99_ttft_ms load_imbalance" router
+    gp vs_x -e logx=2 -e 'logy="mean_ttft_ms"' -e ncols=3 -e 'key="bottom right"' "$RES/fewest_gpus.csv" \
+        "$FIG/cluster_fewest_gpus" "Llama-3.1-70B on the Mooncake sample: replicas x tensor-parallel size (H200s)" \
+        num_gpus "request_goodput mean_ttft_ms median_tpot_ms" split "GPUs (replicas x TP)"
 }
 
 exp_main "$@"
