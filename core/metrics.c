@@ -74,25 +74,32 @@ static void ob_i64(obuf *o, int64_t v)
     o->n += (size_t)(24 - k);
 }
 
-/* Writes v / 10^decimals with exactly `decimals` digits after the point. */
+/* Writes v / 10^decimals with exactly `decimals` digits after the point (decimals <= 12). */
 static void ob_fixed(obuf *o, int64_t v, int decimals)
 {
-    int64_t p = 1;
-    for (int i = 0; i < decimals; i++) p *= 10;
-    if (v < 0) {
-        ob_char(o, '-');
-        v = -v;
+    char tmp[40];
+    int k = 40;
+    uint64_t u = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
+    /* digits from the right, two at a time, until the point is passed and u is spent */
+    while (u >= 100 || 40 - k < decimals) {
+        const char *d = digit_pairs + 2 * (u % 100);
+        u /= 100;
+        tmp[--k] = d[1];
+        tmp[--k] = d[0];
     }
-    ob_i64(o, v / p);
-    ob_char(o, '.');
-    int64_t frac = v % p;
-    char tmp[20];
-    for (int i = decimals - 1; i >= 0; i--) {
-        tmp[i] = (char)('0' + frac % 10);
-        frac /= 10;
-    }
-    ob_reserve(o, (size_t)decimals);
-    memcpy(o->buf + o->n, tmp, (size_t)decimals);
+    if (u >= 10) {
+        tmp[--k] = digit_pairs[2 * u + 1];
+        tmp[--k] = digit_pairs[2 * u];
+    } else tmp[--k] = (char)('0' + u);
+    /* drop leading zeros of the integer part (keep one) */
+    int int_digits = 40 - k - decimals;
+    while (int_digits > 1 && tmp[k] == '0') k++, int_digits--;
+    ob_reserve(o, (size_t)(40 - k) + 2);
+    if (v < 0) o->buf[o->n++] = '-';
+    memcpy(o->buf + o->n, tmp + k, (size_t)int_digits);
+    o->n += (size_t)int_digits;
+    o->buf[o->n++] = '.';
+    memcpy(o->buf + o->n, tmp + 40 - decimals, (size_t)decimals);
     o->n += (size_t)decimals;
 }
 
