@@ -83,7 +83,7 @@ LDLIBS  += $(shell $(MPICC) --showme:link)
 endif
 
 # Every C source of the product, except the CLI's main (tests have their own).
-LIB_DIRS := core policies sim traces engine cli
+LIB_DIRS := core policies policies/routers sim traces engine cli
 LIB_SRCS := $(filter-out cli/main.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
 EMBED_SRC := $(BUILD)/gen/embedded_configs.c
 TEST_SRCS := $(wildcard tests/test_*.c)

@@ -47,6 +47,11 @@ static const opt_spec serving_own_specs[] = {
     {"swap-space", OPT_F64, O(swap_space), "4", "host swap space in GiB (swap mode)"},
     {"enable-prefix-caching", OPT_BOOL, O(enable_prefix_caching), "false", "reuse cached KV blocks of equal prefixes"},
     {"goodput", OPT_STR, O(goodput), "", "SLOs for request_goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (ms)"},
+    {"num-replicas", OPT_I64, O(num_replicas), "1", "model replicas behind a router, each with its own KV cache, queues and policy (sim)"},
+    {"router", OPT_STR, O(router), "round-robin", "how arrivals are spread over replicas (listed above)"},
+    {"router-load-cap", OPT_F64, O(router_load_cap), "1.5", "prefix-affinity skips a replica with >= F x the mean outstanding requests + 1 (0: no cap)"},
+    {"tensor-parallel-size", OPT_I64, O(tensor_parallel_size), "1", "GPUs per replica, 1, 2, 4 or 8: weights and KV split, all-reduces costed (sim)"},
+    {"max-concurrency", OPT_I64, O(max_concurrency), "0", "closed loop: at most N requests outstanding, later arrivals wait (vllm bench serve; 0: open loop)"},
     {"seed", OPT_I64, O(seed), "0", "seed of every random draw"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
     {"max-requests", OPT_I64, O(max_requests), "0", "replay only the first N requests (0: all)"},
@@ -84,6 +89,10 @@ char *serving_usage(const char *head)
     gpu_list(f);
     fprintf(f, "cost models (--cost-model):\n");
     cost_model_list(f);
+    fprintf(f, "routers (--router, with --num-replicas N > 1):\n");
+    router_list(f);
+    fprintf(f, "interconnects (--tensor-parallel-size > 1; published NCCL figures, not measured):\n");
+    tp_interconnect_list(f);
     fclose(f);
     return text;
 }
@@ -142,12 +151,29 @@ int serving_resolve_model_gpu(const serving_options *o, serving_setup *su, terr 
         return terr_set(e, "--gpu-memory-utilization: %g is not in (0, 1]", o->gpu_memory_utilization);
     if (!(o->time_scale > 0 && o->time_scale <= TRACE_MAX_TIME_SCALE))
         return terr_set(e, "--time-scale: %g is not in (0, %g]", o->time_scale, TRACE_MAX_TIME_SCALE);
+    if (check_range("tensor-parallel-size", o->tensor_parallel_size, 1, 8, e) ||
+        tp_shard_model(&su->model, (int32_t)o->tensor_parallel_size, &su->shard, e))
+        return -1;
+    su->tensor_parallel = (int32_t)o->tensor_parallel_size;
+    if (su->tensor_parallel > 1 && !(su->link = tp_interconnect_for(su->gpu)))
+        return terr_set(e, "--tensor-parallel-size: no interconnect figures for --gpu %s", su->gpu->name);
     su->sched.block_size = (int32_t)o->block_size;
     su->sched.max_model_len = o->max_model_len ? (int32_t)o->max_model_len : su->model.max_position_embeddings;
     if (su->sched.max_model_len > su->model.max_position_embeddings)
         return terr_set(e, "--max-model-len: %d is greater than the model's max_position_embeddings (%d)",
                         su->sched.max_model_len, su->model.max_position_embeddings);
     return 0;
+}
+
+/* A KV capacity error: when the weights alone fill the GPU, the way out is more GPUs per replica. */
+static int tp_hint(const serving_setup *su, terr *e)
+{
+    if (su->kv.weight_bytes + su->kv.activation_bytes >= su->kv.usable_bytes && su->tensor_parallel < 8) {
+        size_t n = strlen(e->msg);
+        snprintf(e->msg + n, sizeof e->msg - n, "; or split the model over GPUs with --tensor-parallel-size %d",
+                 su->tensor_parallel * 2);
+    }
+    return -1;
 }
 
 int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *e)
@@ -157,16 +183,18 @@ int serving_resolve_capacity(const serving_options *o, serving_setup *su, terr *
         check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
         check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e))
         return -1;
-    return kv_capacity_compute(&su->kv, &su->model, su->gpu, o->gpu_memory_utilization, su->sched.block_size,
-                               (int32_t)o->max_num_batched_tokens, (int32_t)o->max_num_seqs,
-                               su->sched.max_model_len, e);
+    if (kv_capacity_compute(&su->kv, &su->shard, su->gpu, o->gpu_memory_utilization, su->sched.block_size,
+                            (int32_t)o->max_num_batched_tokens, (int32_t)o->max_num_seqs, su->sched.max_model_len, e))
+        return tp_hint(su, e);
+    return 0;
 }
 
 int serving_resolve_cost_model(const char *spec, serving_setup *su, terr *e)
 {
     su->cost_model_arg[0] = 0;
     if (!strcmp(spec, "auto")) {
-        const char *shipped = profile_shipped_for(&su->model, su->gpu, su->sched.block_size);
+        /* a shipped profile times one whole model on one GPU: never a TP shard */
+        const char *shipped = profile_shipped_for(&su->shard, su->gpu, su->sched.block_size);
         su->cost_model = shipped ? &profile_cost_model : &roofline_cost_model;
         if (shipped) snprintf(su->cost_model_arg, sizeof su->cost_model_arg, "%s", shipped);
         return 0;
@@ -186,6 +214,12 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     if (serving_resolve_cost_model(o->cost_model, su, e)) return -1;
     if (!(su->policy = policy_find(o->scheduling_policy)))
         return terr_unknown(e, "scheduling-policy", "policy", o->scheduling_policy, policy_list);
+    if (!(su->router = router_find(o->router))) return terr_unknown(e, "router", "router", o->router, router_list);
+    if (check_range("num-replicas", o->num_replicas, 1, 4096, e) ||
+        check_range("max-concurrency", o->max_concurrency, 0, 1 << 30, e))
+        return -1;
+    if (!(o->router_load_cap >= 0 && isfinite(o->router_load_cap)))
+        return terr_set(e, "--router-load-cap: %g must be >= 0", o->router_load_cap);
     if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
         check_range("max-num-batched-tokens", o->max_num_batched_tokens, 1, 1 << 24, e) ||
         check_range("num-gpu-blocks-override", o->num_gpu_blocks_override, 0, SERVING_MAX_BLOCKS, e) ||
@@ -219,11 +253,11 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
                         "--max-num-batched-tokens, lower --max-model-len or --enable-chunked-prefill",
                         c->max_num_batched_tokens, c->max_model_len);
 
-    if (kv_capacity_compute(&su->kv, &su->model, su->gpu, o->gpu_memory_utilization, c->block_size,
+    if (kv_capacity_compute(&su->kv, &su->shard, su->gpu, o->gpu_memory_utilization, c->block_size,
                             c->max_num_batched_tokens, c->max_num_seqs, c->max_model_len,
                             o->num_gpu_blocks_override ? NULL : e) &&
         !o->num_gpu_blocks_override)
-        return -1;
+        return tp_hint(su, e);
     if (o->num_gpu_blocks_override) su->kv.num_blocks = o->num_gpu_blocks_override;
     if (su->kv.num_blocks > INT32_MAX) su->kv.num_blocks = INT32_MAX;
     double swap_blocks = o->swap_space * 1073741824.0 / (double)su->kv.bytes_per_block;
@@ -287,6 +321,10 @@ static json_t *config_json(const serving_options *o, const serving_setup *su, co
     json_object_set_new(r, "activation_reserve_bytes", json_integer(su->kv.activation_bytes));
     json_object_set_new(r, "num_host_blocks", json_integer(su->num_host_blocks));
     json_object_set_new(r, "model_params", json_integer(model_num_params(&su->model)));
+    if (o->num_replicas > 1 || su->tensor_parallel > 1) {
+        json_object_set_new(r, "gpus_per_replica", json_integer(su->tensor_parallel));
+        json_object_set_new(r, "num_gpus", json_integer(o->num_replicas * su->tensor_parallel));
+    }
     json_object_set_new(r, "gpu", json_string(su->gpu->description));
     json_object_set_new(r, "trace_format", json_string(format_name));
     json_object_set_new(cfg, "resolved", r);
@@ -300,7 +338,12 @@ int serving_simulate(const serving_options *o, const serving_setup *su, metrics_
     cmo.block_size = su->sched.block_size;
     cmo.arg = su->cost_model_arg[0] ? su->cost_model_arg : NULL;
     cmo.force = o->force_profile;
-    if (sim_executor_create(&ex, su->cost_model, &su->model, su->gpu, &cmo, e)) return 2;
+    if (sim_executor_create(&ex, su->cost_model, &su->shard, su->gpu, &cmo, e)) return 2;
+    if (su->tensor_parallel > 1) {
+        tp_comm c = {.tp = su->tensor_parallel, .num_layers = su->model.num_layers,
+                     .hidden_size = su->model.hidden_size, .link = su->link};
+        sim_executor_set_tp(&ex, &c);
+    }
     tclock clock;
     tclock_init_sim(&clock);
     int code = serving_replay(o, su, ex, &clock, out, e);
@@ -311,6 +354,12 @@ int serving_simulate(const serving_options *o, const serving_setup *su, metrics_
 int serving_replay(const serving_options *o, const serving_setup *su, executor ex, tclock *clock,
                    metrics_summary *out, terr *e)
 {
+    if (clock->real_time) {
+        const char *flag = o->num_replicas > 1 ? "num-replicas"
+                           : o->tensor_parallel_size > 1 ? "tensor-parallel-size"
+                           : o->max_concurrency > 0 ? "max-concurrency" : NULL;
+        if (flag) return terr_set(e, "--%s: the engine serves one replica on one GPU; this is a `tandem sim` option", flag), 2;
+    }
     trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
     trace_reader *tr;
     if (trace_open(&tr, o->trace, &to, e)) return 2;
@@ -348,8 +397,10 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .write_steps = o->steps,
         .write_host_time = ex.ops->measures_host,
         .write_tokens = o->tokens,
-        .peak_flops = su->gpu->peak_bf16_flops,
-        .peak_bytes_s = su->gpu->peak_mem_bw_bytes_s,
+        /* a replica's peaks: TP GPUs side by side */
+        .peak_flops = su->gpu->peak_bf16_flops * su->tensor_parallel,
+        .peak_bytes_s = su->gpu->peak_mem_bw_bytes_s * su->tensor_parallel,
+        .num_replicas = (int32_t)o->num_replicas,
     };
     metrics *m;
     if (metrics_open(&m, &mo, e)) {
@@ -366,6 +417,11 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .seed = (uint64_t)o->seed,
         .max_steps = o->max_steps,
         .model = &su->model,
+        .num_replicas = (int32_t)o->num_replicas,
+        .router = su->router,
+        .router_load_cap = o->router_load_cap,
+        .max_concurrency = o->max_concurrency,
+        .cluster_loop = o->cluster_loop,
     };
     serve_result res;
     int code = 0;

@@ -26,10 +26,15 @@
 #include "policies/policies.h"
 #include "sim/costmodel.h"
 #include "sim/kv_capacity.h"
+#include "sim/tensor_parallel.h"
+#include "policies/routers/routers.h"
 
 typedef struct serving_options {
     char *trace, *out, *model, *gpu, *cost_model, *scheduling_policy, *preemption_mode, *goodput,
-        *priority_classes;
+        *priority_classes, *router;
+    int64_t num_replicas, tensor_parallel_size, max_concurrency;
+    double router_load_cap;
+    bool cluster_loop; /* not a flag: run one replica through the cluster loop (tests) */
     int64_t num_clients, max_num_seqs, max_num_batched_tokens, max_model_len, block_size, num_gpu_blocks_override,
         long_prefill_token_threshold, seed, max_requests, max_steps;
     double gpu_memory_utilization, swap_space, time_scale;
@@ -52,6 +57,11 @@ int serving_positional(void *dst, const char *arg, terr *e);
 
 typedef struct serving_setup {
     model_config model;
+    model_config shard;           /* what one GPU of a replica holds (= model with TP 1): what the
+                                     KV capacity and the cost model see (sim/tensor_parallel.h) */
+    int32_t tensor_parallel;      /* GPUs per replica */
+    const tp_interconnect *link;  /* the GPU row's all-reduce figures (TP > 1) */
+    const router_ops *router;
     const gpu_spec *gpu;
     const cost_model_ops *cost_model;
     char cost_model_arg[4096];    /* ARG of --cost-model NAME:ARG, or what auto chose ("" for none) */

@@ -67,22 +67,25 @@ static const char *const metric_cols =
     "median_tpot_ms,p90_tpot_ms,p99_tpot_ms,mean_itl_ms,median_itl_ms,p99_itl_ms,mean_e2el_ms,"
     "median_e2el_ms,p90_e2el_ms,p99_e2el_ms,mean_queue_ms,p99_queue_ms,num_preemptions,num_steps,"
     "busy_fraction,peak_kv_usage,mean_kv_usage,mean_batch_size,prefix_cache_hit_rate,"
-    "p99.9_tpot_ms,p99.9_itl_ms,max_itl_ms,peak_kv_token_usage,mean_kv_token_usage";
+    "p99.9_tpot_ms,p99.9_itl_ms,max_itl_ms,peak_kv_token_usage,mean_kv_token_usage,num_gpus,load_imbalance";
 
-static void metrics_row(char *buf, size_t n, const metrics_summary *s)
+/* num_gpus: the point's --num-replicas x --tensor-parallel-size (what "fewest GPUs meeting the
+ * SLO" minimises). */
+static void metrics_row(char *buf, size_t n, const metrics_summary *s, int64_t num_gpus)
 {
     char goodput[32] = ""; /* empty when the point set no SLO */
     if (!isnan(s->request_goodput)) snprintf(goodput, sizeof goodput, "%.9g", s->request_goodput);
     snprintf(buf, n,
              "ok,%lld,%lld,%.9g,%.9g,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,"
-             "%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
+             "%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld,%.9g",
              (long long)s->completed, (long long)s->num_rejected, s->duration_s, s->request_throughput,
              goodput, s->output_throughput, s->total_token_throughput, s->ttft.mean, s->ttft.median,
              s->ttft.p90, s->ttft.p99, s->tpot.mean, s->tpot.median, s->tpot.p90, s->tpot.p99, s->itl.mean,
              s->itl.median, s->itl.p99, s->e2el.mean, s->e2el.median, s->e2el.p90, s->e2el.p99, s->queue.mean,
              s->queue.p99, (long long)s->num_preemptions, (long long)s->num_steps, s->busy_fraction,
              s->peak_kv_usage, s->mean_kv_usage, s->mean_batch_size, s->prefix_cache_hit_rate, s->tpot.p999,
-             s->itl.p999, s->itl.max, s->peak_kv_token_usage, s->mean_kv_token_usage);
+             s->itl.p999, s->itl.max, s->peak_kv_token_usage, s->mean_kv_token_usage, (long long)num_gpus,
+             s->load_imbalance);
 }
 
 /* The sim options of point `index`. */
@@ -203,8 +206,9 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
     }
     metrics_summary sum;
     if (rc == 0) rc = serving_simulate(&o, &su, &sum, &e);
+    int64_t num_gpus = o.num_replicas * o.tensor_parallel_size;
     serving_options_free(&o);
-    if (rc == 0) metrics_row(row, sizeof row, &sum);
+    if (rc == 0) metrics_row(row, sizeof row, &sum, num_gpus);
     else {
         snprintf(row, sizeof row, "error");
         snprintf(path, sizeof path, "%s/error.txt", tmp);

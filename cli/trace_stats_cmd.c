@@ -38,6 +38,11 @@
 
 /* Width of the longest histogram bar, in characters. */
 #define HIST_BAR_WIDTH 40
+/* The busy fraction a suggested replica count aims at by the estimate below. The estimate counts
+ * full decode batches and no queueing, so replicas run busier than it says: on the Mooncake
+ * conversation trace (Llama-3.1-8B, H200) it suggests 4, and `tandem sim` runs those 95% busy. */
+#define REPLICA_TARGET_BUSY 0.5
+
 /* max_num_batched_tokens is never suggested below this (see suggest()). */
 #define BATCHED_TOKENS_MIN 2048
 
@@ -45,7 +50,7 @@
 
 typedef struct stats_options {
     char *model, *gpu, *json, *rate_csv;
-    int64_t block_size, max_model_len, max_requests;
+    int64_t block_size, max_model_len, max_requests, tensor_parallel_size;
     double gpu_memory_utilization, time_scale, bin_seconds;
     bool skip_bad_rows;
     const char *file; /* the positional FILE; points into argv, not in the table */
@@ -57,6 +62,7 @@ static const opt_spec stats_option_specs[] = {
     {"gpu", OPT_STR, O(gpu), "h200", "GPU (as tandem sim --help lists them)"},
     {"gpu-memory-utilization", OPT_F64, O(gpu_memory_utilization), "0.9", "fraction of GPU memory for weights, activations and KV"},
     {"block-size", OPT_I64, O(block_size), KV_DEFAULT_BLOCK_SIZE_STR, "tokens per KV block"},
+    {"tensor-parallel-size", OPT_I64, O(tensor_parallel_size), "1", "GPUs per replica, 1, 2, 4 or 8 (as tandem sim: KV per GPU, all-reduces in step times)"},
     {"max-model-len", OPT_I64, O(max_model_len), "0", "prompt + output at most (0: the model's max_position_embeddings)"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
     {"max-requests", OPT_I64, O(max_requests), "0", "read only the first N requests (0: all)"},
@@ -107,6 +113,8 @@ typedef struct stats_report {
     double time_scale;
     bool max_model_len_given;
     model_config model;
+    model_config shard;                 /* what one GPU of a replica holds (= model with TP 1) */
+    tp_comm comm;                       /* a TP replica's all-reduces (comm.tp = 1: none) */
     const gpu_spec *gpu;
     int32_t max_model_len;
     int32_t assumed_batched_tokens, assumed_seqs; /* what the activation reserve is sized for */
@@ -130,6 +138,11 @@ typedef struct stats_report {
     double mixed_step_ms[NUM_BUDGETS];  /* max_num_seqs - 1 decodes + a chunk filling the budget */
     int32_t p90_prefill_steps[NUM_BUDGETS];
     int64_t kv_blocks_suggested;        /* KV blocks with the suggested budgets */
+    double request_gpu_ms;              /* one replica's busy time per request, at the suggestions */
+    double prefill_ms;                  /* of which prefilling the mean prompt */
+    int32_t replicas_min;               /* fewer cannot keep up with the mean rate, by the estimate */
+    int32_t replicas_mean, replicas_peak; /* replicas that keep each under REPLICA_TARGET_BUSY busy
+                                             at the mean rate / the busiest bin's rate */
     char *reasoning[3];                 /* paragraphs: max_num_seqs, max_num_batched_tokens, notes */
 } stats_report;
 
@@ -166,8 +179,10 @@ static void vllm_server_defaults(const gpu_spec *gpu, int32_t *seqs, int32_t *to
 }
 
 /* Predicted duration (ms) of a step with num_decodes decodes at `context` tokens plus one
- * prefill chunk of chunk tokens (0: none), on the roofline cost model. */
-static double step_ms(const cost_model_ops *cm, void *self, int32_t num_decodes, int32_t context, int32_t chunk)
+ * prefill chunk of chunk tokens (0: none), on the roofline cost model of the shard plus a TP
+ * replica's all-reduces (as tandem sim prices it). */
+static double step_ms(const cost_model_ops *cm, void *self, const tp_comm *comm, int32_t num_decodes, int32_t context,
+                      int32_t chunk)
 {
     step_shape s = {
         .num_items = num_decodes + (chunk > 0),
@@ -182,7 +197,7 @@ static double step_ms(const cost_model_ops *cm, void *self, int32_t num_decodes,
         .decode_keys_sq = (int64_t)num_decodes * (context + 1) * (context + 1),
         .max_keys = max_i32(chunk, num_decodes ? context + 1 : 0),
     };
-    return (double)cm->step_ns(self, &s) / NS_PER_MS;
+    return (double)(cm->step_ns(self, &s) + tp_step_comm_ns(comm, &s)) / NS_PER_MS;
 }
 
 /* Appends printf-style text to a paragraph held in *p (malloc'd). */
@@ -267,7 +282,7 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
     assert(cm);
     cost_model_opts cmo = cost_model_opts_default();
     cmo.block_size = bs;
-    void *self = cm->create(&r->model, r->gpu, &cmo, e);
+    void *self = cm->create(&r->shard, r->gpu, &cmo, e);
     if (!self) return -1;
     double mean_prompt = 0, mean_output = 0;
     for (int64_t i = 0; i < r->requests; i++)
@@ -276,10 +291,19 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
     mean_output /= (double)r->admitted;
     r->decode_context = mean_prompt + mean_output / 2;
     int32_t S = r->max_num_seqs, ctx = (int32_t)lround(r->decode_context);
-    r->decode_step_ms = step_ms(cm, self, S, ctx, 0);
+    r->decode_step_ms = step_ms(cm, self, &r->comm, S, ctx, 0);
+    /* --num-replicas: a request costs its replica the prefill of its prompt plus its share of
+     * the decode steps it rides in (a full batch of S at the typical context) */
+    r->prefill_ms = step_ms(cm, self, &r->comm, 0, 0, (int32_t)lround(mean_prompt));
+    r->request_gpu_ms = r->prefill_ms + mean_output * r->decode_step_ms / S;
+    double need_mean = isnan(r->st.mean_rate) ? 0 : r->st.mean_rate * r->request_gpu_ms / 1e3 / REPLICA_TARGET_BUSY;
+    double need_peak = isnan(r->st.peak_bin_rate) ? 0 : r->st.peak_bin_rate * r->request_gpu_ms / 1e3 / REPLICA_TARGET_BUSY;
+    r->replicas_min = (int32_t)fmax(1, ceil(need_mean * REPLICA_TARGET_BUSY));
+    r->replicas_mean = (int32_t)fmax(1, ceil(need_mean));
+    r->replicas_peak = (int32_t)fmax(r->replicas_mean, ceil(need_peak));
     for (int i = 0; i < NUM_BUDGETS; i++) {
         int32_t chunk = max_i32(budget_candidates[i] - (S - 1), 1);
-        r->mixed_step_ms[i] = step_ms(cm, self, S - 1, ctx, chunk);
+        r->mixed_step_ms[i] = step_ms(cm, self, &r->comm, S - 1, ctx, chunk);
         r->p90_prefill_steps[i] = (int32_t)div_ceil_i64((int64_t)ceil(r->st.prompt_len.p90), chunk);
     }
     cm->destroy(self);
@@ -315,7 +339,7 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
          "longest prompts could never be scheduled: use %d. ",
          r->max_model_len, r->batched_tokens_no_chunking);
     kv_capacity k2;
-    if (kv_capacity_compute(&k2, &r->model, r->gpu, r->gpu_util, bs,
+    if (kv_capacity_compute(&k2, &r->shard, r->gpu, r->gpu_util, bs,
                             r->max_num_batched_tokens, r->max_num_seqs, r->max_model_len, NULL) == 0)
         r->kv_blocks_suggested = k2.num_blocks;
     if (r->kv_blocks_suggested)
@@ -326,6 +350,17 @@ static int suggest(stats_report *r, const int *prompt, const int *output, terr *
         para(p, "%.1f%% of the %d-token prompt blocks repeat an earlier one: --enable-prefix-caching (tandem sim and "
              "vLLM) can skip up to that share of prompt blocks' prefill, if the cache keeps them. ",
              100.0 * r->st.repeat_fraction, PREFIX_HASH_BLOCK_TOKENS);
+    if (!isnan(r->st.mean_rate))
+        para(p, "--num-replicas %d: on the same roofline a request costs one replica about %.1f ms of GPU time (%.1f ms "
+             "to prefill the mean prompt of %.0f tokens, plus its share of %.0f decode steps of %d sequences); at the "
+             "mean rate of %.2f req/s fewer than %d replica%s cannot keep up, and %d keep each under %.0f%% busy by this "
+             "estimate (it counts full decode batches and no queueing: real replicas run busier); the busiest %g s bin "
+             "(%.2f req/s) needs %d. Spread them with --router least-outstanding%s, then check the tail latencies with "
+             "tandem sim. ",
+             r->replicas_mean, r->request_gpu_ms, r->prefill_ms, mean_prompt, mean_output, S, r->st.mean_rate,
+             r->replicas_min, r->replicas_min == 1 ? "" : "s", r->replicas_mean, 100 * REPLICA_TARGET_BUSY, r->bin_s,
+             r->st.peak_bin_rate, r->replicas_peak,
+             r->st.has_hashes ? " (prefix-affinity with --enable-prefix-caching for shared prefixes)" : "");
     if (r->rejected > 0)
         para(p, "%.1f%% of the prompts are at least max_model_len long and would be rejected; a model with a context "
              "of %.0f tokens (the p99 total) would serve 99%% of the trace.",
@@ -448,7 +483,10 @@ static void print_report(FILE *f, const stats_report *r)
     }
 
     int32_t bs = r->block_size;
-    fprintf(f, "\ncapacity: %s on %s, gpu-memory-utilization %g, block size %d\n", r->model.name, r->gpu->name,
+    fprintf(f, "\ncapacity: %s on %s%s, gpu-memory-utilization %g, block size %d\n", r->model.name, r->gpu->name,
+            r->comm.tp > 1 ? (r->comm.tp == 2 ? " x 2 (tensor parallel)" : r->comm.tp == 4 ? " x 4 (tensor parallel)"
+                                                                                           : " x 8 (tensor parallel)")
+                           : "",
             r->gpu_util, bs);
     fprintf(f, "  KV cache               %lld blocks = %lld tokens (%.2f MiB per block; activation reserve sized\n"
                "                         for %d batched tokens and %d sequences, tandem sim's defaults)\n",
@@ -477,10 +515,13 @@ static void print_report(FILE *f, const stats_report *r)
         fprintf(f, "  try: tandem sim --trace %s --model %s --gpu %s", r->file, r->model.name, r->gpu->name);
         if (r->gpu_util != 0.9) fprintf(f, " --gpu-memory-utilization %g", r->gpu_util);
         if (r->block_size != KV_DEFAULT_BLOCK_SIZE) fprintf(f, " --block-size %d", r->block_size);
+        if (r->comm.tp > 1) fprintf(f, " --tensor-parallel-size %d", r->comm.tp);
         if (r->max_model_len_given) fprintf(f, " --max-model-len %d", r->max_model_len);
         if (r->time_scale != 1.0) fprintf(f, " --time-scale %g", r->time_scale);
-        fprintf(f, " \\\n         --max-num-seqs %d --max-num-batched-tokens %d\n", r->max_num_seqs,
+        fprintf(f, " \\\n         --max-num-seqs %d --max-num-batched-tokens %d", r->max_num_seqs,
                 r->max_num_batched_tokens);
+        if (r->replicas_mean > 1) fprintf(f, " --num-replicas %d --router least-outstanding", r->replicas_mean);
+        fprintf(f, "\n");
     }
 }
 
@@ -581,6 +622,10 @@ static json_t *report_json(const stats_report *r, const stats_options *o)
         json_object_set_new(s, "decode_step_ms", json_real(r->decode_step_ms));
         json_object_set_new(s, "step_times", steps);
         json_object_set_new(s, "kv_blocks_with_suggestions", json_integer(r->kv_blocks_suggested));
+        json_object_set_new(s, "request_gpu_ms", json_real(r->request_gpu_ms));
+        json_object_set_new(s, "num_replicas", json_integer(r->replicas_mean));
+        json_object_set_new(s, "num_replicas_min", json_integer(r->replicas_min));
+        json_object_set_new(s, "num_replicas_peak_bin", json_integer(r->replicas_peak));
     }
     json_object_set_new(s, "reasoning", why);
     json_object_set_new(root, "suggestions", s);
@@ -623,10 +668,14 @@ static int resolve(const stats_options *o, stats_report *r, terr *e)
     so.max_model_len = o->max_model_len;
     so.time_scale = o->time_scale;
     so.max_requests = o->max_requests;
+    so.tensor_parallel_size = o->tensor_parallel_size;
     serving_setup su;
     int rc = serving_resolve_capacity(&so, &su, e);
     if (rc == 0 || su.gpu) { /* the capacity's own error still leaves the model and GPU */
         r->model = su.model;
+        r->shard = su.shard;
+        r->comm = (tp_comm){.tp = su.tensor_parallel > 1 ? su.tensor_parallel : 1, .num_layers = su.model.num_layers,
+                            .hidden_size = su.model.hidden_size, .link = su.link};
         r->gpu = su.gpu;
         r->max_model_len = su.sched.max_model_len;
         r->kv = su.kv;

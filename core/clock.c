@@ -37,4 +37,5 @@ void tclock_init_wall(tclock *c)
 {
     *c = (tclock){.now = wall_now, .advance = wall_advance, .wait_until = wall_wait_until};
     c->wall_origin_ns = clock_mono_ns();
+    c->real_time = true;
 }

@@ -9,6 +9,7 @@
 #ifndef TANDEM_CLOCK_H
 #define TANDEM_CLOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct tclock tclock;
@@ -18,6 +19,7 @@ struct tclock {
     void (*wait_until)(tclock *c, int64_t t_ns);     /* idle until t */
     int64_t sim_now_ns;                              /* simulated clock's time */
     int64_t wall_origin_ns;                          /* wall clock's CLOCK_MONOTONIC at start */
+    bool real_time;                                  /* the wall clock: steps take real time */
 };
 
 void tclock_init_sim(tclock *c);

@@ -48,37 +48,59 @@ static void ob_char(obuf *o, char c)
     o->buf[o->n++] = c;
 }
 
+/* "00" .. "99": two digits per division (steps.csv is millions of rows of integers) */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 static void ob_i64(obuf *o, int64_t v)
 {
     char tmp[24];
-    int k = 0;
+    int k = 24;
     uint64_t u = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
-    do tmp[k++] = (char)('0' + u % 10);
-    while (u /= 10);
-    ob_reserve(o, (size_t)k + 1);
+    while (u >= 100) {
+        const char *d = digit_pairs + 2 * (u % 100);
+        u /= 100;
+        tmp[--k] = d[1];
+        tmp[--k] = d[0];
+    }
+    if (u >= 10) {
+        tmp[--k] = digit_pairs[2 * u + 1];
+        tmp[--k] = digit_pairs[2 * u];
+    } else tmp[--k] = (char)('0' + u);
+    ob_reserve(o, (size_t)(24 - k) + 1);
     if (v < 0) o->buf[o->n++] = '-';
-    while (k) o->buf[o->n++] = tmp[--k];
+    memcpy(o->buf + o->n, tmp + k, (size_t)(24 - k));
+    o->n += (size_t)(24 - k);
 }
 
-/* Writes v / 10^decimals with exactly `decimals` digits after the point. */
+/* Writes v / 10^decimals with exactly `decimals` digits after the point (decimals <= 12). */
 static void ob_fixed(obuf *o, int64_t v, int decimals)
 {
-    int64_t p = 1;
-    for (int i = 0; i < decimals; i++) p *= 10;
-    if (v < 0) {
-        ob_char(o, '-');
-        v = -v;
+    char tmp[40];
+    int k = 40;
+    uint64_t u = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
+    /* digits from the right, two at a time, until the point is passed and u is spent */
+    while (u >= 100 || 40 - k < decimals) {
+        const char *d = digit_pairs + 2 * (u % 100);
+        u /= 100;
+        tmp[--k] = d[1];
+        tmp[--k] = d[0];
     }
-    ob_i64(o, v / p);
-    ob_char(o, '.');
-    int64_t frac = v % p;
-    char tmp[20];
-    for (int i = decimals - 1; i >= 0; i--) {
-        tmp[i] = (char)('0' + frac % 10);
-        frac /= 10;
-    }
-    ob_reserve(o, (size_t)decimals);
-    memcpy(o->buf + o->n, tmp, (size_t)decimals);
+    if (u >= 10) {
+        tmp[--k] = digit_pairs[2 * u + 1];
+        tmp[--k] = digit_pairs[2 * u];
+    } else tmp[--k] = (char)('0' + u);
+    /* drop leading zeros of the integer part (keep one) */
+    int int_digits = 40 - k - decimals;
+    while (int_digits > 1 && tmp[k] == '0') k++, int_digits--;
+    ob_reserve(o, (size_t)(40 - k) + 2);
+    if (v < 0) o->buf[o->n++] = '-';
+    memcpy(o->buf + o->n, tmp + k, (size_t)int_digits);
+    o->n += (size_t)int_digits;
+    o->buf[o->n++] = '.';
+    memcpy(o->buf + o->n, tmp + 40 - decimals, (size_t)decimals);
     o->n += (size_t)decimals;
 }
 
@@ -91,7 +113,15 @@ static void ob_ms(obuf *o, double ns) { ob_fixed(o, ns_to_us(ns), 3); }
 
 /* ---- the metrics object ---- */
 
+/* One replica's running sums (clusters only). */
+typedef struct replica_acc {
+    replica_summary s;
+    double busy_ns, kv_usage_time_sum;
+    int64_t admitted_prompt_tokens, cached_prompt_tokens;
+} replica_acc;
+
 struct metrics {
+    replica_acc *reps; /* (opt.num_replicas) when > 1, else NULL */
     metrics_options opt;
     obuf *req_out, *step_out, *tok_out;
     char summary_path[4096];
@@ -132,6 +162,8 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
     qhist_init(&m->sched_us, 0.1);
     m->first_arrival_ns = INT64_MAX;
     m->last_end_ns = INT64_MIN;
+    if (opt->num_replicas > 1) m->reps = xcalloc((size_t)opt->num_replicas, sizeof *m->reps);
+    const char *replica_col = m->reps ? ",replica" : "";
     if (opt->out_dir) {
         if (mkdir_p(opt->out_dir)) {
             terr_set(e, "--out %s: cannot create directory: %s", opt->out_dir, strerror(errno));
@@ -139,22 +171,24 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             return -1;
         }
         if (opt->write_requests) {
-            m->req_out = open_csv(opt->out_dir, "requests.csv",
-                                  "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,"
-                                  "output_tokens,preemptions,ttft_ms,tpot_ms,e2el_ms,queue_ms,state,"
-                                  "reject_reason,priority,client,cached_tokens,output_tokens_asked\n",
-                                  e);
+            char head[512];
+            snprintf(head, sizeof head, "%s%s\n",
+                     "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,"
+                     "output_tokens,preemptions,ttft_ms,tpot_ms,e2el_ms,queue_ms,state,"
+                     "reject_reason,priority,client,cached_tokens,output_tokens_asked",
+                     replica_col);
+            m->req_out = open_csv(opt->out_dir, "requests.csv", head, e);
             if (!m->req_out) goto fail;
         }
         if (opt->write_steps) {
             char head[512];
-            snprintf(head, sizeof head, "%s%s\n",
+            snprintf(head, sizeof head, "%s%s%s\n",
                      "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
                      "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
                      "num_preemptions,swap_blocks,kv_tokens,num_prefill_seqs,"
                      "num_decode_seqs,num_emitting,padding_tokens,prefill_pairs2,"
                      "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu",
-                     opt->write_host_time ? ",host_us,sched_us" : "");
+                     opt->write_host_time ? ",host_us,sched_us" : "", replica_col);
             m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
             if (!m->step_out) goto fail;
         }
@@ -182,6 +216,17 @@ void metrics_request_done(metrics *m, const request *r)
     if (r->num_cached_tokens >= 0) {
         m->admitted_prompt_tokens += r->prompt_tokens;
         m->cached_prompt_tokens += r->num_cached_tokens;
+    }
+    if (m->reps) {
+        replica_acc *ra = &m->reps[r->replica];
+        ra->s.requests++;
+        ra->s.completed += r->state == REQ_FINISHED;
+        ra->s.rejected += r->state == REQ_REJECTED;
+        ra->s.preemptions += r->num_preemptions;
+        if (r->num_cached_tokens >= 0) {
+            ra->admitted_prompt_tokens += r->prompt_tokens;
+            ra->cached_prompt_tokens += r->num_cached_tokens;
+        }
     }
 
     bool done = r->state == REQ_FINISHED;
@@ -258,6 +303,10 @@ void metrics_request_done(metrics *m, const request *r)
     ob_i64(o, r->num_cached_tokens > 0 ? r->num_cached_tokens : 0);
     ob_char(o, ',');
     ob_i64(o, r->max_output_tokens);
+    if (m->reps) {
+        ob_char(o, ',');
+        ob_i64(o, r->replica);
+    }
     ob_char(o, '\n');
 }
 
@@ -298,6 +347,13 @@ void metrics_step(metrics *m, const step_stats *st)
     double tusage = slots > 0 ? (double)st->kv_tokens / slots : 0;
     if (tusage > s->peak_kv_token_usage) s->peak_kv_token_usage = tusage;
     m->kv_token_usage_time_sum += tusage * (double)st->duration_ns;
+    if (m->reps) {
+        replica_acc *ra = &m->reps[st->replica];
+        ra->s.steps++;
+        ra->busy_ns += (double)st->duration_ns;
+        ra->kv_usage_time_sum += usage * (double)st->duration_ns;
+        if (usage > ra->s.peak_kv_usage) ra->s.peak_kv_usage = usage;
+    }
     if (m->opt.write_host_time) {
         qhist_add(&m->host_us, (double)st->host_ns / 1e3, 1);
         qhist_add(&m->sched_us, (double)st->sched_ns / 1e3, 1);
@@ -352,6 +408,10 @@ void metrics_step(metrics *m, const step_stats *st)
         ob_fixed(o, (st->host_ns + 5) / 10, 2); /* us */
         ob_char(o, ',');
         ob_fixed(o, (st->sched_ns + 5) / 10, 2);
+    }
+    if (m->reps) {
+        ob_char(o, ',');
+        ob_i64(o, st->replica);
     }
     ob_char(o, '\n');
 }
@@ -460,7 +520,24 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->host_us = lat_hist(&m->host_us);
     s->sched_us = lat_hist(&m->sched_us);
     s->busy_s = m->busy_ns / 1e9;
-    s->busy_fraction = d > 0 ? s->busy_s / d : 0;
+    /* a cluster's replicas are busy side by side: the fraction is of their time together */
+    s->num_replicas = m->reps ? m->opt.num_replicas : 1;
+    s->busy_fraction = d > 0 ? s->busy_s / (d * s->num_replicas) : 0;
+    s->load_imbalance = 1;
+    if (m->reps) {
+        double max_busy = 0;
+        for (int32_t i = 0; i < s->num_replicas; i++) {
+            replica_acc *ra = &m->reps[i];
+            ra->s.busy_s = ra->busy_ns / 1e9;
+            ra->s.busy_fraction = d > 0 ? ra->s.busy_s / d : 0;
+            ra->s.mean_kv_usage = ra->busy_ns > 0 ? ra->kv_usage_time_sum / ra->busy_ns : 0;
+            ra->s.prefix_cache_hit_rate =
+                ra->admitted_prompt_tokens ? (double)ra->cached_prompt_tokens / ra->admitted_prompt_tokens : 0;
+            if (ra->busy_ns > max_busy) max_busy = ra->busy_ns;
+        }
+        double mean_busy = m->busy_ns / s->num_replicas;
+        s->load_imbalance = mean_busy > 0 ? max_busy / mean_busy : 1;
+    }
     s->mean_kv_usage = m->busy_ns > 0 ? m->kv_usage_time_sum / m->busy_ns : 0;
     s->mean_kv_token_usage = m->busy_ns > 0 ? m->kv_token_usage_time_sum / m->busy_ns : 0;
     s->mean_batch_size = s->num_steps ? m->batch_size_sum / s->num_steps : 0;
@@ -483,6 +560,28 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     }
     if (m->summary_path[0]) {
         json_t *o = metrics_summary_json(s, &m->opt);
+        if (m->reps) {
+            json_object_set_new(o, "num_replicas", json_integer(s->num_replicas));
+            json_object_set_new(o, "load_imbalance", json_real(s->load_imbalance));
+            json_t *arr = json_array();
+            for (int32_t i = 0; i < s->num_replicas; i++) {
+                const replica_summary *rs = &m->reps[i].s;
+                json_t *row = json_object();
+                json_object_set_new(row, "replica", json_integer(i));
+                json_object_set_new(row, "requests", json_integer(rs->requests));
+                json_object_set_new(row, "completed", json_integer(rs->completed));
+                json_object_set_new(row, "rejected", json_integer(rs->rejected));
+                json_object_set_new(row, "busy_time", json_real(rs->busy_s));
+                json_object_set_new(row, "busy_fraction", json_real(rs->busy_fraction));
+                json_object_set_new(row, "num_steps", json_integer(rs->steps));
+                json_object_set_new(row, "mean_kv_usage", json_real(rs->mean_kv_usage));
+                json_object_set_new(row, "peak_kv_usage", json_real(rs->peak_kv_usage));
+                json_object_set_new(row, "prefix_cache_hit_rate", json_real(rs->prefix_cache_hit_rate));
+                json_object_set_new(row, "num_preemptions", json_integer(rs->preemptions));
+                json_array_append_new(arr, row);
+            }
+            json_object_set_new(o, "replicas", arr);
+        }
         if (config) json_object_set_new(o, "config", config);
         config = NULL;
         /* write to a temporary name and rename, so a reader never sees half a summary */
@@ -505,6 +604,7 @@ void metrics_free(metrics *m)
         if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);
         free(bufs[i]);
     }
+    free(m->reps);
     qhist_free(&m->ttft);
     qhist_free(&m->tpot);
     qhist_free(&m->itl);
@@ -548,6 +648,8 @@ void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f)
     fprintf(f, "%-40s %-10.2f\n", "Mean batch size (requests):", s->mean_batch_size);
     fprintf(f, "%-40s %-10.3f\n", "Peak KV cache usage:", s->peak_kv_usage);
     fprintf(f, "%-40s %-10.3f\n", "GPU busy fraction:", s->busy_fraction);
+    if (s->num_replicas > 1)
+        fprintf(f, "%-40s %-10.3f\n", "Load imbalance (max/mean busy):", s->load_imbalance);
     if (!isnan(s->mfu)) fprintf(f, "%-40s %-10.3f\n", "Model FLOPs utilisation (MFU):", s->mfu);
     if (!isnan(s->mbu)) fprintf(f, "%-40s %-10.3f\n", "Memory bandwidth utilisation (MBU):", s->mbu);
     if (s->prefix_cache_hit_rate > 0)

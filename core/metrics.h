@@ -39,10 +39,13 @@ typedef struct metrics_options {
                                executor produced real tokens (the engine) */
     double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
     double peak_bytes_s;    /* its datasheet memory bandwidth, for MBU (0: not reported) */
+    int32_t num_replicas;   /* > 1: requests.csv and steps.csv gain a replica column and
+                               summary.json a per-replica table (0 or 1: one replica) */
 } metrics_options;
 
 typedef struct step_stats {
-    int64_t step;
+    int64_t step;           /* of its replica */
+    int32_t replica;
     int32_t block_size;
     int64_t start_ns;
     int64_t duration_ns;
@@ -96,7 +99,18 @@ typedef struct metrics_summary {
     double prefix_cache_hit_rate; /* cached prompt tokens / prompt tokens of admitted requests */
     latency_stats host_us, sched_us; /* host time per step (us), when write_host_time: all of it,
                                         and the serving loop's part (steps.csv) */
+    int32_t num_replicas;      /* 1 for one replica */
+    double load_imbalance;     /* max / mean over replicas of busy time (1 = even; 1 for one) */
 } metrics_summary;
+
+/* One replica's share of a cluster run (summary.json's "replicas"). */
+typedef struct replica_summary {
+    int64_t requests, completed, rejected, preemptions, steps;
+    double busy_s;             /* its load: time it spent running steps */
+    double busy_fraction;      /* busy_s / the run's duration */
+    double peak_kv_usage, mean_kv_usage; /* as the run's, over its own steps */
+    double prefix_cache_hit_rate;
+} replica_summary;
 
 typedef struct metrics metrics;
 

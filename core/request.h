@@ -61,6 +61,7 @@ typedef struct request {
     int32_t max_output_tokens; /* generation stops here (or at max_model_len) */
     int32_t priority;          /* lower value = more important (vLLM's convention) */
     int32_t client_id;
+    int32_t replica;           /* the replica the router sent it to (0 with one replica) */
     int32_t num_prefix_hashes; /* Mooncake: entries of prefix_hashes */
     uint64_t *prefix_hashes;   /* (num_prefix_hashes) id of each 512-token prompt block, or NULL */
     int32_t prefix_hashes_cap;

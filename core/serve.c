@@ -9,22 +9,45 @@
 #include "req_queue.h"
 #include "work.h"
 
-/* Requests are recycled through a free list so a long trace reuses the same few structs (and
- * their block tables) instead of allocating per request. */
-typedef struct loop_state {
-    const serve_config *cfg;
+typedef struct loop_state loop_state;
+
+/* One replica: its own block managers, policy instance, random stream and live requests. */
+typedef struct replica {
+    loop_state *L;
+    int32_t index;
     sched_env env;
     kv_manager kv, swap;
     void *policy;
-    executor ex;
-    metrics *m;
-    request *free_list;
+    gsl_rng *rng;
+    batch b;
     request *live_head;   /* doubly linked through live_prev/live_next */
     int32_t num_live;
-    int32_t peak_live;
-    int64_t num_requests, num_finished, num_rejected;
+    int64_t step;         /* steps this replica has run */
+    /* cluster loop */
+    request *inbox_head, *inbox_tail; /* routed here, not yet given to the policy (via next) */
+    step_result out;      /* the step in flight */
+    int64_t start_ns, end_ns;
+    int32_t heap_pos;     /* in the heap of busy replicas, -1 when idle */
+    bool dirty;           /* schedule at the current instant */
+} replica;
+
+/* Requests are recycled through a free list so a long trace reuses the same few structs (and
+ * their block tables) instead of allocating per request. */
+struct loop_state {
+    const serve_config *cfg;
+    executor ex;
+    metrics *m;
+    const serve_hooks *hooks;
+    request *free_list;
+    replica *reps;        /* (num_replicas) */
+    int32_t num_replicas;
+    replica_load *load;   /* (num_replicas) what routers see */
+    int32_t num_live, peak_live;
+    int64_t num_requests, num_finished, num_rejected, num_steps;
+    int64_t outstanding;  /* routed and not ended, all replicas */
     int64_t now_ns;
-} loop_state;
+    void *default_knobs;
+};
 
 static request *req_alloc(loop_state *L)
 {
@@ -35,26 +58,35 @@ static request *req_alloc(loop_state *L)
     return r;
 }
 
-static void live_add(loop_state *L, request *r)
+static void live_add(replica *R, request *r)
 {
+    loop_state *L = R->L;
     r->live_prev = NULL;
-    r->live_next = L->live_head;
-    if (L->live_head) L->live_head->live_prev = r;
-    L->live_head = r;
+    r->live_next = R->live_head;
+    if (R->live_head) R->live_head->live_prev = r;
+    R->live_head = r;
+    R->num_live++;
     if (++L->num_live > L->peak_live) L->peak_live = L->num_live;
 }
 
-static void live_remove(loop_state *L, request *r)
+static void live_remove(replica *R, request *r)
 {
     if (r->live_prev) r->live_prev->live_next = r->live_next;
-    else L->live_head = r->live_next;
+    else R->live_head = r->live_next;
     if (r->live_next) r->live_next->live_prev = r->live_prev;
-    L->num_live--;
+    R->num_live--;
+    R->L->num_live--;
 }
 
 /* The request left the system: record it and recycle its struct. */
 static void retire(loop_state *L, request *r)
 {
+    if (L->load) {
+        replica_load *ld = &L->load[r->replica];
+        ld->outstanding--;
+        if (r->first_token_ns < 0) ld->pending_prefill_tokens -= r->prompt_tokens;
+    }
+    L->outstanding--;
     if (L->m) metrics_request_done(L->m, r);
     if (L->ex.ops->release) L->ex.ops->release(L->ex.self, r);
     r->next = L->free_list;
@@ -63,16 +95,27 @@ static void retire(loop_state *L, request *r)
 
 static void reject_live(sched_env *env, request *r, reject_reason why)
 {
-    loop_state *L = env->loop;
-    if (r->blocks.len) L->env.kv_tokens -= r->num_computed_tokens;
-    kv_free_request(&L->kv, r);
-    if (L->swap.num_blocks) kv_free_table(&L->swap, &r->host_blocks);
+    replica *R = env->loop;
+    loop_state *L = R->L;
+    if (r->blocks.len) R->env.kv_tokens -= r->num_computed_tokens;
+    kv_free_request(&R->kv, r);
+    if (R->swap.num_blocks) kv_free_table(&R->swap, &r->host_blocks);
     r->state = REQ_REJECTED;
     r->reject_reason = why;
     r->finish_ns = L->now_ns;
-    live_remove(L, r);
+    live_remove(R, r);
     L->num_rejected++;
     retire(L, r);
+}
+
+/* Ends every live request of R: the policy will never run them and nothing can change that. */
+static void reject_all_unschedulable(replica *R)
+{
+    while (R->live_head) {
+        request *r = R->live_head;
+        R->L->cfg->policy->remove_request(R->policy, r);
+        reject_live(&R->env, r, REJECT_UNSCHEDULABLE);
+    }
 }
 
 reject_reason serve_admission_check(const sched_config *cfg, int32_t num_gpu_blocks,
@@ -88,7 +131,8 @@ reject_reason serve_admission_check(const sched_config *cfg, int32_t num_gpu_blo
     return REJECT_NONE;
 }
 
-static void admit(loop_state *L, const arrival *a, int64_t id)
+/* A request struct for arrival a (not yet in any replica). */
+static request *make_request(loop_state *L, const arrival *a, int64_t id)
 {
     request *r = req_alloc(L);
     r->id = id;
@@ -108,10 +152,17 @@ static void admit(loop_state *L, const arrival *a, int64_t id)
     }
     r->state = REQ_WAITING;
     L->num_requests++;
+    L->outstanding++;
+    return r;
+}
 
-    reject_reason why = serve_admission_check(&L->cfg->sched, L->kv.num_blocks, r->prompt_tokens,
+/* Gives r to R's policy, or rejects it on arrival if it can never run there. */
+static void admit(replica *R, request *r)
+{
+    loop_state *L = R->L;
+    reject_reason why = serve_admission_check(&L->cfg->sched, R->kv.num_blocks, r->prompt_tokens,
                                               r->max_output_tokens);
-    if (why == REJECT_NONE) why = L->cfg->policy->add_request(L->policy, r);
+    if (why == REJECT_NONE) why = L->cfg->policy->add_request(R->policy, r);
     if (why != REJECT_NONE) {
         r->state = REQ_REJECTED;
         r->reject_reason = why;
@@ -120,17 +171,18 @@ static void admit(loop_state *L, const arrival *a, int64_t id)
         retire(L, r);
         return;
     }
-    live_add(L, r);
+    live_add(R, r);
 }
 
-static void finish(loop_state *L, request *r)
+static void finish(replica *R, request *r)
 {
-    L->cfg->policy->remove_request(L->policy, r);
-    L->env.kv_tokens -= r->num_computed_tokens;
-    kv_free_request(&L->kv, r);
+    loop_state *L = R->L;
+    L->cfg->policy->remove_request(R->policy, r);
+    R->env.kv_tokens -= r->num_computed_tokens;
+    kv_free_request(&R->kv, r);
     r->state = REQ_FINISHED;
     r->finish_ns = L->now_ns;
-    live_remove(L, r);
+    live_remove(R, r);
     L->num_finished++;
     retire(L, r);
 }
@@ -146,18 +198,23 @@ static int64_t wait_for(tclock *clock, int64_t t_ns, bool timed)
 #ifdef TANDEM_CHECKS
 /* After every step in test builds: blocks are conserved, every block reference belongs to a
  * live request's table, and no request holds more blocks than its computed tokens need. */
-static void check_invariants(loop_state *L)
+static void check_invariants(replica *R)
 {
-    kv_check(&L->kv);
-    if (L->swap.num_blocks) kv_check(&L->swap);
+    kv_check(&R->kv);
+    if (R->swap.num_blocks) kv_check(&R->swap);
     int64_t refs = 0, host = 0;
-    for (int32_t b = 0; b < L->kv.num_blocks; b++) refs += L->kv.ref_count[b];
+    for (int32_t b = 0; b < R->kv.num_blocks; b++) refs += R->kv.ref_count[b];
     int64_t held = 0, tokens = 0;
     int32_t n = 0;
-    for (request *r = L->live_head; r; r = r->live_next, n++) {
+    for (request *r = R->live_head; r; r = r->live_next, n++) {
         held += r->blocks.len;
         if (r->blocks.len) tokens += r->num_computed_tokens;
         host += r->host_blocks.len;
+        if (r->replica != R->index) {
+            fprintf(stderr, "invariant: request %lld of replica %d is live on replica %d\n", (long long)r->id,
+                    r->replica, R->index);
+            abort();
+        }
         if (r->state == REQ_SWAPPED ? r->host_blocks.len == 0 || r->blocks.len
                                     : r->host_blocks.len != 0) {
             fprintf(stderr, "invariant: request %lld in state %s holds %d GPU / %d host blocks\n",
@@ -170,51 +227,111 @@ static void check_invariants(loop_state *L)
             abort();
         }
     }
-    if (tokens != L->env.kv_tokens) {
+    if (tokens != R->env.kv_tokens) {
         fprintf(stderr, "invariant: live requests hold %lld KV tokens, the count says %lld\n", (long long)tokens,
-                (long long)L->env.kv_tokens);
+                (long long)R->env.kv_tokens);
         abort();
     }
-    if (held != refs || n != L->num_live ||
-        (L->swap.num_blocks && host != L->swap.num_blocks - L->swap.num_free)) {
+    if (held != refs || n != R->num_live ||
+        (R->swap.num_blocks && host != R->swap.num_blocks - R->swap.num_free)) {
         fprintf(stderr, "invariant: live tables hold %lld GPU refs, blocks have %lld (live %d/%d)\n",
-                (long long)held, (long long)refs, n, L->num_live);
+                (long long)held, (long long)refs, n, R->num_live);
         abort();
     }
 }
 #endif
 
-int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *clock, metrics *m,
-              const serve_hooks *hooks, serve_result *res, terr *e)
+/* Applies R's step (batch R->b, result out) that ran from start to L->now_ns: computed tokens,
+ * sampled tokens, finished requests; records the step. */
+static void apply_step(replica *R, const step_result *out, int64_t start, int64_t sched_ns)
 {
-    loop_state L = {.cfg = cfg, .ex = ex, .m = m};
-    kv_init(&L.kv, cfg->num_gpu_blocks, cfg->sched.block_size, cfg->sched.enable_prefix_caching);
-    if (cfg->num_host_blocks > 0) kv_init(&L.swap, cfg->num_host_blocks, cfg->sched.block_size, false);
-    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-    gsl_rng_set(rng, cfg->seed);
-    void *default_knobs = NULL;
-    const void *knobs = cfg->policy_knobs;
-    if (!knobs && cfg->policy->knobs) {
-        knobs = default_knobs = xcalloc(1, cfg->policy->knobs_size);
-        opts_defaults(cfg->policy->knobs, default_knobs);
+    loop_state *L = R->L;
+    const serve_config *cfg = L->cfg;
+    batch *b = &R->b;
+    metrics *m = L->m;
+    for (int32_t i = 0; i < b->num_items; i++) {
+        sched_item *it = &b->items[i];
+        request *r = it->req;
+        r->num_computed_tokens += it->num_tokens;
+        R->env.kv_tokens += it->num_tokens;
+        kv_cache_blocks(&R->kv, r, r->num_computed_tokens);
+        if (!it->emits_token) continue;
+        if (out->sampled) {
+            if (r->num_output_tokens >= r->output_cap) {
+                size_t cap = (size_t)r->output_cap;
+                grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap, (size_t)r->num_output_tokens + 1);
+                r->output_cap = (int32_t)cap;
+            }
+            r->output_ids[r->num_output_tokens] = out->sampled[i];
+        }
+        r->num_output_tokens++;
+        if (r->first_token_ns < 0) {
+            r->first_token_ns = L->now_ns;
+            if (L->load) L->load[R->index].pending_prefill_tokens -= r->prompt_tokens;
+        } else if (m) metrics_itl(m, L->now_ns - r->last_token_ns);
+        r->last_token_ns = L->now_ns;
     }
-    L.env = (sched_env){
-        .cfg = &cfg->sched,
-        .kv = &L.kv,
-        .swap = cfg->num_host_blocks > 0 ? &L.swap : NULL,
-        .rng = rng,
-        .knobs = knobs,
-        .reject = reject_live,
-        .loop = &L,
+    step_stats st = {
+        .step = R->step,
+        .replica = R->index,
+        .start_ns = start,
+        .duration_ns = out->duration_ns,
+        .num_running = cfg->policy->num_running(R->policy),
+        .num_waiting = cfg->policy->num_waiting(R->policy),
+        .batch_size = b->num_items,
+        .prefill_tokens = b->num_prefill_tokens,
+        .decode_tokens = b->num_decode_tokens,
+        .num_preemptions = b->num_preempted,
+        .num_swap_blocks = b->num_swap_in + b->num_swap_out,
+        .kv_blocks_total = R->kv.num_blocks,
+        .block_size = cfg->sched.block_size,
+        .shape = batch_shape(b),
+        .host_ns = sched_ns + out->host_ns,
+        .sched_ns = sched_ns,
     };
-    L.policy = cfg->policy->create(&L.env);
+    if (cfg->model) {
+        step_work w = step_work_of(cfg->model, &st.shape);
+        st.flops = w.flops;
+        st.bytes = w.bytes;
+    }
+    /* KV usage at its peak in the step, before finished requests release their blocks */
+    st.kv_blocks_used = kv_num_used(&R->kv);
+    st.kv_tokens = R->env.kv_tokens;
+    for (int32_t i = 0; i < b->num_items; i++) {
+        request *r = b->items[i].req;
+        if (b->items[i].emits_token && request_is_done(r, cfg->sched.max_model_len)) finish(R, r);
+    }
+    if (cfg->policy->step_done) cfg->policy->step_done(R->policy, b);
+    if (L->hooks && L->hooks->on_step) L->hooks->on_step(L->hooks->ud, R->step, b, start, out->duration_ns);
+    if (m) metrics_step(m, &st);
+    if (L->load) L->load[R->index].kv_blocks_used = kv_num_used(&R->kv);
+#ifdef TANDEM_CHECKS
+    check_invariants(R);
+#endif
+    R->step++;
+    L->num_steps++;
+}
 
-    batch b;
-    batch_init(&b, cfg->sched.max_num_seqs);
+static int max_steps_reached(loop_state *L, terr *e)
+{
+    if (L->cfg->max_steps > 0 && L->num_steps >= L->cfg->max_steps)
+        return terr_set(e, "stopped after --max-steps %lld steps with %d requests live",
+                        (long long)L->cfg->max_steps, L->num_live);
+    return 0;
+}
+
+/* ---- one replica: the loop both backends run ---- */
+
+static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
+{
+    const serve_config *cfg = L->cfg;
+    replica *R = &L->reps[0];
+    executor ex = L->ex;
+    batch *b = &R->b;
     int rc = 0;
     arrival next;
     int have = src.next(src.self, &next, e);
-    int64_t next_id = 0, step = 0;
+    int64_t next_id = 0;
     if (have < 0) rc = -1;
     /* Host time of the loop itself, for an executor that measures real work: from the previous
      * step's return to this step's call, less the time spent idle waiting for arrivals. */
@@ -222,9 +339,9 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
     int64_t host_mark = 0, idle_ns = 0;
 
     while (rc == 0) {
-        L.now_ns = clock->now(clock);
-        while (have == 1 && next.arrival_ns <= L.now_ns) {
-            admit(&L, &next, next_id++);
+        L->now_ns = clock->now(clock);
+        while (have == 1 && next.arrival_ns <= L->now_ns) {
+            admit(R, make_request(L, &next, next_id++));
             have = src.next(src.self, &next, e);
             if (have < 0) {
                 rc = -1;
@@ -232,107 +349,296 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             }
         }
         if (rc) break;
-        if (L.num_live == 0) {
+        if (R->num_live == 0) {
             if (have == 0) break;
             idle_ns += wait_for(clock, next.arrival_ns, timed);
             continue;
         }
 
-        batch_clear(&b);
-        L.env.now_ns = L.now_ns;
-        cfg->policy->schedule(L.policy, &b);
-        if (b.num_items == 0 && b.num_swap_out == 0) {
+        batch_clear(b);
+        R->env.now_ns = L->now_ns;
+        cfg->policy->schedule(R->policy, b);
+        if (b->num_items == 0 && b->num_swap_out == 0) {
             /* a pass that only preempted (its victim was the request it served first) changed
              * the state: schedule again at the same instant, as vLLM's next step would */
-            if (b.num_preempted > 0) continue;
+            if (b->num_preempted > 0) continue;
             if (have == 1) { /* nothing runnable now; something may change when the next request comes */
                 idle_ns += wait_for(clock, next.arrival_ns, timed);
                 continue;
             }
             /* no arrivals left and the policy will not run what it holds: end them, don't hang */
-            while (L.live_head) {
-                request *r = L.live_head;
-                cfg->policy->remove_request(L.policy, r);
-                reject_live(&L.env, r, REJECT_UNSCHEDULABLE);
-            }
+            reject_all_unschedulable(R);
             continue;
         }
 
         step_result out = {0};
         int64_t sched_ns = timed && host_mark ? clock_mono_ns() - host_mark - idle_ns : 0;
-        if (ex.ops->execute(ex.self, &b, &out, e)) {
+        if (ex.ops->execute(ex.self, b, &out, e)) {
             rc = -1;
             break;
         }
         if (timed) host_mark = clock_mono_ns(), idle_ns = 0;
         assert(out.duration_ns > 0);
-        int64_t start = L.now_ns;
+        int64_t start = L->now_ns;
         clock->advance(clock, out.duration_ns);
-        L.now_ns = clock->now(clock);
+        L->now_ns = clock->now(clock);
+        apply_step(R, &out, start, sched_ns);
+        rc = max_steps_reached(L, e);
+    }
+    return rc;
+}
 
-        /* apply: advance computed tokens, emit tokens, finish */
-        for (int32_t i = 0; i < b.num_items; i++) {
-            sched_item *it = &b.items[i];
-            request *r = it->req;
-            r->num_computed_tokens += it->num_tokens;
-            L.env.kv_tokens += it->num_tokens;
-            kv_cache_blocks(&L.kv, r, r->num_computed_tokens);
-            if (!it->emits_token) continue;
-            if (out.sampled) {
-                if (r->num_output_tokens >= r->output_cap) {
-                    size_t cap = (size_t)r->output_cap;
-                    grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap,
-                               (size_t)r->num_output_tokens + 1);
-                    r->output_cap = (int32_t)cap;
-                }
-                r->output_ids[r->num_output_tokens] = out.sampled[i];
+/* ---- a cluster: replicas in one event loop ---- */
+
+/* Busy replicas, a binary heap by (end_ns, index): the earliest step end first, ties by index. */
+typedef struct rep_heap {
+    replica **items; /* (n) */
+    int32_t n;
+} rep_heap;
+
+static inline bool rep_before(const replica *a, const replica *b)
+{
+    return a->end_ns < b->end_ns || (a->end_ns == b->end_ns && a->index < b->index);
+}
+
+static void heap_set(rep_heap *h, int32_t i, replica *R)
+{
+    h->items[i] = R;
+    R->heap_pos = i;
+}
+
+static void heap_push(rep_heap *h, replica *R)
+{
+    int32_t i = h->n++;
+    while (i > 0) {
+        int32_t p = (i - 1) / 2;
+        if (!rep_before(R, h->items[p])) break;
+        heap_set(h, i, h->items[p]);
+        i = p;
+    }
+    heap_set(h, i, R);
+}
+
+static replica *heap_pop(rep_heap *h)
+{
+    replica *top = h->items[0], *last = h->items[--h->n];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && rep_before(h->items[c + 1], h->items[c])) c++;
+        if (!rep_before(h->items[c], last)) break;
+        heap_set(h, i, h->items[c]);
+        i = c;
+    }
+    if (h->n > 0) heap_set(h, i, last);
+    top->heap_pos = -1;
+    return top;
+}
+
+/* R is idle at L->now_ns: takes its inbox into its policy and starts a step if it has one.
+ * Returns -1 with e set if the executor fails. */
+static int schedule_replica(loop_state *L, replica *R, rep_heap *busy, bool arrivals_left, terr *e)
+{
+    const serve_config *cfg = L->cfg;
+    while (R->inbox_head) {
+        request *r = R->inbox_head;
+        R->inbox_head = r->next;
+        admit(R, r);
+    }
+    R->inbox_tail = NULL;
+    R->dirty = false;
+    batch *b = &R->b;
+    while (R->num_live > 0) {
+        batch_clear(b);
+        R->env.now_ns = L->now_ns;
+        cfg->policy->schedule(R->policy, b);
+        if (L->load) L->load[R->index].kv_blocks_used = kv_num_used(&R->kv);
+        if (b->num_items == 0 && b->num_swap_out == 0) {
+            if (b->num_preempted > 0) continue; /* as in run_single */
+            /* stalled until a request is routed here; if none can come, never */
+            if (!arrivals_left) reject_all_unschedulable(R);
+            return 0;
+        }
+        R->out = (step_result){0};
+        if (L->ex.ops->execute(L->ex.self, b, &R->out, e)) return -1;
+        assert(R->out.duration_ns > 0);
+        R->start_ns = L->now_ns;
+        R->end_ns = L->now_ns + R->out.duration_ns;
+        heap_push(busy, R);
+        return 0;
+    }
+    return 0;
+}
+
+static void mark_dirty(replica *R, replica **dirty, int32_t *num_dirty)
+{
+    if (R->dirty || R->heap_pos >= 0) return;
+    R->dirty = true;
+    dirty[(*num_dirty)++] = R;
+}
+
+static int run_cluster(loop_state *L, arrival_source src, tclock *clock, const router_ops *router, void *rt, terr *e)
+{
+    const serve_config *cfg = L->cfg;
+    const int32_t N = L->num_replicas;
+    rep_heap busy = {.items = xcalloc((size_t)N, sizeof *busy.items)};
+    replica **dirty = xcalloc((size_t)N, sizeof *dirty);
+    int32_t num_dirty = 0;
+    int rc = 0;
+    arrival next;
+    int have = src.next(src.self, &next, e);
+    int64_t next_id = 0;
+    if (have < 0) rc = -1;
+    L->now_ns = clock->now(clock);
+
+    while (rc == 0) {
+        /* the next event: an arrival (unless the closed loop holds it) or the earliest step end */
+        bool held = cfg->max_concurrency > 0 && L->outstanding >= cfg->max_concurrency;
+        int64_t t_arr = have == 1 && !held ? max_i64(next.arrival_ns, L->now_ns) : INT64_MAX;
+        int64_t t_step = busy.n ? busy.items[0]->end_ns : INT64_MAX;
+        if (t_arr == INT64_MAX && t_step == INT64_MAX && num_dirty == 0) {
+            /* nothing can happen: whatever idle replicas hold, their policies will never run */
+            bool any = false;
+            for (int32_t i = 0; i < N; i++)
+                if (L->reps[i].num_live) reject_all_unschedulable(&L->reps[i]), any = true;
+            if (!any) break;
+            continue;
+        }
+        if (num_dirty == 0 || min_i64(t_arr, t_step) == L->now_ns) {
+            if (t_step <= t_arr) {
+                replica *R = heap_pop(&busy);
+                L->now_ns = t_step;
+                clock->wait_until(clock, L->now_ns);
+                apply_step(R, &R->out, R->start_ns, 0);
+                mark_dirty(R, dirty, &num_dirty);
+                if ((rc = max_steps_reached(L, e))) break;
+            } else {
+                L->now_ns = t_arr;
+                clock->wait_until(clock, L->now_ns);
+                request *r = make_request(L, &next, next_id++);
+                r->arrival_ns = L->now_ns; /* later than the trace's when the closed loop held it */
+                int32_t k = N == 1 ? 0 : router->route(rt, r, L->now_ns);
+                assert(k >= 0 && k < N);
+                r->replica = k;
+                L->load[k].outstanding++;
+                L->load[k].pending_prefill_tokens += r->prompt_tokens;
+                replica *R = &L->reps[k];
+                r->next = NULL;
+                if (R->inbox_tail) R->inbox_tail->next = r;
+                else R->inbox_head = r;
+                R->inbox_tail = r;
+                mark_dirty(R, dirty, &num_dirty);
+                have = src.next(src.self, &next, e);
+                if (have < 0) rc = -1;
+                if (have == 0) /* replicas waiting for an arrival wait for nothing now */
+                    for (int32_t i = 0; i < N; i++)
+                        if (L->reps[i].num_live) mark_dirty(&L->reps[i], dirty, &num_dirty);
             }
-            r->num_output_tokens++;
-            if (r->first_token_ns < 0) r->first_token_ns = L.now_ns;
-            else if (m) metrics_itl(m, L.now_ns - r->last_token_ns);
-            r->last_token_ns = L.now_ns;
+            continue;
         }
-        step_stats st = {
-            .step = step,
-            .start_ns = start,
-            .duration_ns = out.duration_ns,
-            .num_running = cfg->policy->num_running(L.policy),
-            .num_waiting = cfg->policy->num_waiting(L.policy),
-            .batch_size = b.num_items,
-            .prefill_tokens = b.num_prefill_tokens,
-            .decode_tokens = b.num_decode_tokens,
-            .num_preemptions = b.num_preempted,
-            .num_swap_blocks = b.num_swap_in + b.num_swap_out,
-            .kv_blocks_total = L.kv.num_blocks,
-            .block_size = cfg->sched.block_size,
-            .shape = batch_shape(&b),
-            .host_ns = sched_ns + out.host_ns,
-            .sched_ns = sched_ns,
-        };
-        if (cfg->model) {
-            step_work w = step_work_of(cfg->model, &st.shape);
-            st.flops = w.flops;
-            st.bytes = w.bytes;
+        /* every event at this instant is in: idle replicas with news schedule, in index order */
+        for (int32_t i = 0; i < num_dirty && rc == 0; i++) {
+            int32_t j = i;
+            for (int32_t k = i + 1; k < num_dirty; k++)
+                if (dirty[k]->index < dirty[j]->index) j = k;
+            replica *R = dirty[j];
+            dirty[j] = dirty[i];
+            rc = schedule_replica(L, R, &busy, have == 1, e);
         }
-        /* KV usage at its peak in the step, before finished requests release their blocks */
-        st.kv_blocks_used = kv_num_used(&L.kv);
-        st.kv_tokens = L.env.kv_tokens;
-        for (int32_t i = 0; i < b.num_items; i++) {
-            request *r = b.items[i].req;
-            if (b.items[i].emits_token && request_is_done(r, cfg->sched.max_model_len)) finish(&L, r);
-        }
-        if (cfg->policy->step_done) cfg->policy->step_done(L.policy, &b);
-        if (hooks && hooks->on_step) hooks->on_step(hooks->ud, step, &b, start, out.duration_ns);
-        if (m) metrics_step(m, &st);
-#ifdef TANDEM_CHECKS
-        check_invariants(&L);
-#endif
-        step++;
-        if (cfg->max_steps > 0 && step >= cfg->max_steps) {
-            rc = terr_set(e, "stopped after --max-steps %lld steps with %d requests live",
-                          (long long)cfg->max_steps, L.num_live);
-            break;
-        }
+        num_dirty = 0;
+    }
+    free(busy.items);
+    free(dirty);
+    return rc;
+}
+
+/* ---- set-up and tear-down ---- */
+
+static void replica_init(loop_state *L, replica *R, int32_t index, const void *knobs)
+{
+    const serve_config *cfg = L->cfg;
+    R->L = L;
+    R->index = index;
+    R->heap_pos = -1;
+    kv_init(&R->kv, cfg->num_gpu_blocks, cfg->sched.block_size, cfg->sched.enable_prefix_caching);
+    if (cfg->num_host_blocks > 0) kv_init(&R->swap, cfg->num_host_blocks, cfg->sched.block_size, false);
+    R->rng = gsl_rng_alloc(gsl_rng_mt19937);
+    /* replica 0 draws what a lone server draws; the others their own streams */
+    gsl_rng_set(R->rng, cfg->seed + (uint64_t)index * 0x9e3779b97f4a7c15ULL);
+    R->env = (sched_env){
+        .cfg = &cfg->sched,
+        .kv = &R->kv,
+        .swap = cfg->num_host_blocks > 0 ? &R->swap : NULL,
+        .rng = R->rng,
+        .knobs = knobs,
+        .reject = reject_live,
+        .loop = R,
+    };
+    R->policy = cfg->policy->create(&R->env);
+    batch_init(&R->b, cfg->sched.max_num_seqs);
+}
+
+/* Frees R; returns the KV blocks still in use once its requests are dropped (must be 0). */
+static int32_t replica_free(loop_state *L, replica *R)
+{
+    const serve_config *cfg = L->cfg;
+    /* on an error, live and routed requests are dropped without rows: the run failed as a whole */
+    while (R->live_head) {
+        request *r = R->live_head;
+        cfg->policy->remove_request(R->policy, r);
+        kv_free_request(&R->kv, r);
+        if (R->swap.num_blocks) kv_free_table(&R->swap, &r->host_blocks);
+        live_remove(R, r);
+        r->next = L->free_list;
+        L->free_list = r;
+    }
+    while (R->inbox_head) {
+        request *r = R->inbox_head;
+        R->inbox_head = r->next;
+        r->next = L->free_list;
+        L->free_list = r;
+    }
+    int32_t leaked = kv_num_used(&R->kv);
+    cfg->policy->destroy(R->policy);
+    batch_free(&R->b);
+    kv_destroy(&R->kv);
+    if (cfg->num_host_blocks > 0) kv_destroy(&R->swap);
+    gsl_rng_free(R->rng);
+    return leaked;
+}
+
+int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *clock, metrics *m,
+              const serve_hooks *hooks, serve_result *res, terr *e)
+{
+    const int32_t N = cfg->num_replicas > 1 ? cfg->num_replicas : 1;
+    const bool cluster = N > 1 || cfg->max_concurrency > 0 || cfg->cluster_loop;
+    if (cluster && clock->real_time)
+        return terr_set(e, "--num-replicas and --max-concurrency are simulator options: a real engine is one replica");
+    if (N > 1 && !cfg->router) return terr_set(e, "--router: a cluster of %d replicas needs one", N);
+    loop_state L = {.cfg = cfg, .ex = ex, .m = m, .hooks = hooks, .num_replicas = N};
+    const void *knobs = cfg->policy_knobs;
+    if (!knobs && cfg->policy->knobs) {
+        knobs = L.default_knobs = xcalloc(1, cfg->policy->knobs_size);
+        opts_defaults(cfg->policy->knobs, L.default_knobs);
+    }
+    L.reps = xcalloc((size_t)N, sizeof *L.reps);
+    for (int32_t i = 0; i < N; i++) replica_init(&L, &L.reps[i], i, knobs);
+
+    int rc;
+    if (!cluster) rc = run_single(&L, src, clock, e);
+    else {
+        L.load = xcalloc((size_t)N, sizeof *L.load);
+        for (int32_t i = 0; i < N; i++) L.load[i].kv_blocks_total = L.reps[i].kv.num_blocks;
+        gsl_rng *router_rng = gsl_rng_alloc(gsl_rng_mt19937);
+        /* the router's own stream, so routing does not shift the policies' draws */
+        gsl_rng_set(router_rng, cfg->seed ^ 0x726f75746572ULL);
+        router_env renv = {.num_replicas = N, .load = L.load, .block_size = cfg->sched.block_size,
+                           .rng = router_rng, .load_cap = cfg->router_load_cap};
+        void *rt = N > 1 ? cfg->router->create(&renv) : NULL;
+        rc = run_cluster(&L, src, clock, cfg->router, rt, e);
+        if (rt) cfg->router->destroy(rt);
+        gsl_rng_free(router_rng);
     }
 
     if (res) {
@@ -340,36 +646,25 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             .num_requests = L.num_requests,
             .num_finished = L.num_finished,
             .num_rejected = L.num_rejected,
-            .num_steps = step,
+            .num_steps = L.num_steps,
             .end_ns = L.now_ns,
             .peak_live = L.peak_live,
         };
     }
-    /* on an error, live requests are dropped without rows: the run failed as a whole */
-    while (L.live_head) {
-        request *r = L.live_head;
-        cfg->policy->remove_request(L.policy, r);
-        kv_free_request(&L.kv, r);
-        if (L.swap.num_blocks) kv_free_table(&L.swap, &r->host_blocks);
-        live_remove(&L, r);
-        r->next = L.free_list;
-        L.free_list = r;
-    }
-    if (res) res->kv_blocks_leaked = kv_num_used(&L.kv);
-    cfg->policy->destroy(L.policy);
+    int32_t leaked = 0;
+    for (int32_t i = 0; i < N; i++) leaked += replica_free(&L, &L.reps[i]);
+    if (res) res->kv_blocks_leaked = leaked;
     while (L.free_list) {
         request *r = L.free_list;
         L.free_list = r->next;
         request_free_buffers(r);
         free(r);
     }
-    batch_free(&b);
-    kv_destroy(&L.kv);
-    if (cfg->num_host_blocks > 0) kv_destroy(&L.swap);
-    gsl_rng_free(rng);
-    if (default_knobs) {
-        opts_free(cfg->policy->knobs, default_knobs);
-        free(default_knobs);
+    free(L.reps);
+    free(L.load);
+    if (L.default_knobs) {
+        opts_free(cfg->policy->knobs, L.default_knobs);
+        free(L.default_knobs);
     }
     return rc;
 }

@@ -14,6 +14,22 @@
  * simulated time over the cost model or in real time on the GPU. For a given input, config and
  * seed the run is deterministic.
  *
+ * A cluster (num_replicas > 1, or max_concurrency > 0) runs the same loop per replica, each
+ * with its own block manager, queues, policy instance and random stream, all on one executor
+ * kind, in one discrete-event loop: the next event is the earliest of the next arrival and the
+ * replicas' step ends (a heap of busy replicas by (end time, index), so ties break the same way
+ * every run). An arrival is routed at its arrival time (core/router.h) into its replica's inbox;
+ * a replica takes its inbox into its policy when it next schedules, after its running step's
+ * results are applied and every arrival up to that instant is routed, exactly as the one-replica
+ * loop admits arrivals between steps. So one replica run through the cluster loop produces the
+ * same steps, rows and summary as the one-replica loop (tests/test_cluster.c checks it), which
+ * stays the path a single replica takes, since it is the faster one. The cluster loop runs in
+ * simulated time only: a real engine is one replica.
+ *
+ * max_concurrency > 0 replays a closed loop, as `vllm bench serve --max-concurrency`: at most
+ * that many requests are outstanding; an arrival that finds them all taken waits until one
+ * ends, and its arrival time (the start of its TTFT) is when it is sent.
+ *
  * Every request of the trace ends exactly once, finished or rejected with a reason, and is
  * counted: a request that can never run is rejected on arrival; if a policy ever leaves live
  * requests it will not schedule with no arrivals left, the loop rejects them as unschedulable
@@ -31,6 +47,7 @@
 #include "metrics.h"
 #include "model_config.h"
 #include "policy.h"
+#include "router.h"
 
 typedef struct serve_config {
     sched_config sched;
@@ -41,6 +58,11 @@ typedef struct serve_config {
     uint64_t seed;
     int64_t max_steps;       /* 0 = no limit; a guard for tests and sweeps */
     const model_config *model; /* for each step's FLOP and byte counts (core/work.h); NULL: none */
+    int32_t num_replicas;    /* replicas behind the router; 0 or 1: one */
+    const router_ops *router; /* how arrivals are spread over replicas (NULL with one replica) */
+    double router_load_cap;  /* router_env.load_cap */
+    int64_t max_concurrency; /* > 0: at most this many requests outstanding (closed loop) */
+    bool cluster_loop;       /* run one replica through the cluster loop (tests prove them equal) */
 } serve_config;
 
 typedef struct serve_result {

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 t0=$SECONDS
-for name in batching max_num_seqs priority chunked_prefill vllm_paper; do
+for name in batching max_num_seqs priority chunked_prefill vllm_paper cluster; do
     bash "experiments/$name.sh" "$what"
 done
 echo "run_all: $((SECONDS - t0)) s"

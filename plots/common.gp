@@ -66,6 +66,10 @@ metric_label(m) = \
     m eq "peak_kv_token_usage"    ? "peak KV tokens stored (fraction of capacity)" : \
     m eq "mean_batch_size"        ? "mean batch size (requests/step)" : \
     m eq "num_preemptions"        ? "preemptions" : \
+    m eq "num-replicas"           ? "replicas (H200s)" : \
+    m eq "num_gpus"               ? "GPUs (replicas x tensor-parallel size)" : \
+    m eq "load_imbalance"         ? "load imbalance (max / mean busy time)" : \
+    m eq "prefix_cache_hit_rate"  ? "prefix cache hit rate (prompt tokens)" : \
     m eq "preempted_fraction"     ? "requests preempted at least once (fraction)" : \
     m eq "kv_usage"               ? "KV cache usage (fraction)" : \
     m eq "p999_itl_ms"            ? "p99.9 ITL (ms)" : \

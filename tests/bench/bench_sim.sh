@@ -7,6 +7,11 @@
 #       queue, and memory, grow without bound)
 #   (c) the same process at 2,000,000 requests, rows not written: peak RSS should match (b)'s,
 #       since the trace streams and every latency goes into a bounded histogram
+#   (d) the Mooncake conversation trace (12,031 requests; MOONCAKE=FILE, else the bundled first
+#       2,000) on 16 replicas of Llama-3.1-8B, least-outstanding router, without and with prefix
+#       caching (prefix-affinity router)
+#   (e) a 1,000,000-request synthetic trace on 64 replicas: as (b) at 1,900 req/s, ~70% of 64
+#       simulated H200s, least-outstanding router
 # For each: wall time, simulated steps per second, peak RSS (GNU time), pinned to one core.
 set -euo pipefail
 BIN=${TANDEM_BIN:-build/tandem}
@@ -43,8 +48,17 @@ run synthetic_1m "$OUT/synthetic_1m.csv"
 run synthetic_1m_no_steps "$OUT/synthetic_1m.csv" --no-steps
 run synthetic_2m_no_rows "$OUT/synthetic_2m.csv" --no-steps --no-requests
 run synthetic_1m_no_rows "$OUT/synthetic_1m.csv" --no-steps --no-requests
+MOONCAKE=${MOONCAKE:-traces/samples/mooncake_conversation_2k.jsonl}
+run mooncake_16_replicas "$MOONCAKE" --model llama-3.1-8b --num-replicas 16 --router least-outstanding
+run mooncake_16_replicas_prefix "$MOONCAKE" --model llama-3.1-8b --num-replicas 16 --router prefix-affinity \
+    --enable-prefix-caching
+if [ ! -f "$OUT/synthetic_1m_64r.csv" ]; then
+    "$BIN" trace gen --num-requests 1000000 --rate 1900 --length-dist uniform --input-len 512 \
+        --output-len 128 --range-ratio 0.5 --seed 1 --out "$OUT/synthetic_1m_64r.csv"
+fi
+run synthetic_1m_64_replicas "$OUT/synthetic_1m_64r.csv" --num-replicas 64 --router least-outstanding
 
-# (d) a 1,000-point sweep over the Azure chat trace on every core of this machine
+# (f) a 1,000-point sweep over the Azure chat trace on every core of this machine
 rm -rf "$OUT/sweep_1000"
 t0=$(date +%s.%N)
 "$BIN" sweep tests/bench/sweep_1000.spec --out "$OUT/sweep_1000" --quiet
