@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/version.h"
 #include "core/util.h"
 
@@ -58,6 +59,7 @@ static void usage(FILE *f, const char *group)
 
 int main(int argc, char **argv)
 {
+    provenance_set_command(argc, argv);
     if (argc < 2) {
         usage(stderr, NULL);
         return 2;

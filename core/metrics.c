@@ -497,6 +497,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     if (m->summary_path[0]) {
         json_t *o = metrics_summary_json(s, &m->opt);
         if (config) json_object_set_new(o, "config", config);
+        if (m->opt.summary_extra) json_object_update(o, m->opt.summary_extra);
         config = NULL;
         /* write to a temporary name and rename, so a reader never sees half a summary */
         char tmp[4200];

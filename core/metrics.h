@@ -38,6 +38,7 @@ typedef struct metrics_options {
                                executor produced real tokens (the engine) */
     double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
     double peak_bytes_s;    /* its datasheet memory bandwidth, for MBU (0: not reported) */
+    json_t *summary_extra;  /* keys copied to summary.json's top level (who ran it, warnings); may be NULL */
 } metrics_options;
 
 typedef struct step_stats {
