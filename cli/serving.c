@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gsl/gsl_rng.h>
@@ -373,13 +374,14 @@ static void collect_warnings(const serving_options *o, const serving_setup *su, 
         warn(w, "--swap-space: only --preemption-mode swap uses host memory");
 }
 
-int serving_collect_warnings(const serving_options *o, const serving_setup *su, serving_warnings *w, terr *e)
+int serving_collect_warnings(const serving_options *o, const serving_setup *su, bool executor_draws,
+                             serving_warnings *w, terr *e)
 {
     trace_options to;
     serving_trace_options(o, &to);
     trace_reader *tr;
     if (trace_open(&tr, o->trace, &to, e)) return -1;
-    collect_warnings(o, su, tr, true, w);
+    collect_warnings(o, su, tr, !executor_draws, w);
     trace_close(tr);
     return 0;
 }
@@ -391,8 +393,8 @@ void serving_print_warnings(const serving_warnings *w, const char *cmd)
 
 void serving_print_header(const serving_options *o, const serving_setup *su, const char *backend, FILE *f)
 {
-    fprintf(f, "tandem %s: %s on %s, policy %s, trace %s", tandem_version, o->model, su->gpu->name, su->policy->name,
-            o->trace);
+    fprintf(f, "tandem %s: %s on %s, policy %s, trace %s", tandem_version, o->model,
+            backend && !strcmp(backend, "cpu") ? "the CPU" : su->gpu->name, su->policy->name, o->trace);
     if (o->request_rate > 0) {
         if (isinf(o->request_rate)) fprintf(f, " (all at once)");
         else if (o->burstiness != 1.0) fprintf(f, " re-timed at %g req/s, burstiness %g", o->request_rate, o->burstiness);
@@ -418,6 +420,61 @@ void serving_print_goodput(const serving_setup *su, const metrics_summary *s, FI
     if (su->goodput_e2el_ms > 0) snprintf(slo + k, sizeof slo - k, " E2EL <= %g ms", su->goodput_e2el_ms);
     fprintf(f, "%-40s %-10.2f (%.1f%% of %lld requests meet%s)\n", "Request goodput (req/s):", s->request_goodput,
             s->num_requests ? 100.0 * (double)s->num_good / (double)s->num_requests : 0.0, (long long)s->num_requests, slo);
+}
+
+/* The progress line of a run on a terminal: requests ended of the trace's total (counted by a
+ * first pass over the file), their rate in wall-clock time, and the time left at that rate. */
+typedef struct progress {
+    metrics *m;
+    int64_t total;
+    double t0, last; /* wall seconds */
+} progress;
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void progress_show(progress *p, double now)
+{
+    int64_t done = metrics_requests_ended(p->m);
+    double el = now - p->t0, rate = el > 0 ? (double)done / el : 0, left = rate > 0 ? (double)(p->total - done) / rate : 0;
+    fprintf(stderr, "\rrun: %lld/%lld requests done, %.2f req/s, %dm%02ds left   ", (long long)done, (long long)p->total,
+            rate, (int)(left / 60), (int)left % 60);
+    fflush(stderr);
+    p->last = now;
+}
+
+static void progress_start(progress *p, const serving_options *o)
+{
+    trace_options to;
+    serving_trace_options(o, &to);
+    to.skip_bad_rows = true; /* a count only: the replay reports bad rows */
+    trace_reader *tr;
+    terr e;
+    if (trace_open(&tr, o->trace, &to, &e) == 0) {
+        arrival_source s = trace_source(tr);
+        arrival a;
+        while (s.next(s.self, &a, &e) == 1) p->total++;
+        trace_close(tr);
+    }
+    p->t0 = wall_s();
+    progress_show(p, p->t0);
+}
+
+static void progress_step(void *ud, int64_t step, const batch *b, int64_t start_ns, int64_t duration_ns)
+{
+    progress *p = ud;
+    double now = wall_s();
+    if (now - p->last >= 0.5) progress_show(p, now);
+}
+
+static void progress_end(progress *p)
+{
+    progress_show(p, wall_s());
+    fputc('\n', stderr);
 }
 
 int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e)
@@ -513,7 +570,11 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         gsl_rng_set(rl.rng, (unsigned long)o->seed ^ 0x5eed0fc1a55e5ULL);
         src = (arrival_source){relabel_next, &rl};
     }
-    if (serve_run(&sc, src, ex, clock, m, NULL, &res, e)) code = 2;
+    progress pr = {.m = m};
+    serve_hooks hooks = {.on_step = progress_step, .ud = &pr};
+    if (o->progress) progress_start(&pr, o);
+    if (serve_run(&sc, src, ex, clock, m, o->progress ? &hooks : NULL, &res, e)) code = 2;
+    if (o->progress) progress_end(&pr);
     json_t *report = !code && ex.ops->report ? ex.ops->report(ex.self) : NULL;
     if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {

@@ -35,6 +35,7 @@ typedef struct serving_options {
     double gpu_memory_utilization, swap_space, time_scale, request_rate, burstiness;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
         requests, steps, tokens, quiet, force_profile;
+    bool progress; /* not a flag: a progress line on stderr (`run` sets it when stderr is a terminal) */
     policy_knobs knobs; /* every policy's own knobs (--chunk-size, ...) */
 } serving_options;
 
@@ -89,8 +90,10 @@ typedef struct serving_warnings {
     int n;
     char msg[SERVING_MAX_WARNINGS][400];
 } serving_warnings;
-/* Fills w for o and su; opens the trace's header (errors as the replay's). */
-int serving_collect_warnings(const serving_options *o, const serving_setup *su, serving_warnings *w, terr *e);
+/* Fills w for o and su; opens the trace's header (errors as the replay's). executor_draws: the
+ * executor uses the seed itself (the engine's sampling), so the seed always matters. */
+int serving_collect_warnings(const serving_options *o, const serving_setup *su, bool executor_draws,
+                             serving_warnings *w, terr *e);
 /* "tandem CMD: warning: ..." on stderr, one line each. */
 void serving_print_warnings(const serving_warnings *w, const char *cmd);
 /* The trace options o asks for (time scale, limit, re-timing). */

@@ -34,7 +34,7 @@ int sim_main(int argc, char **argv)
         return 2;
     }
     serving_warnings warn;
-    if (serving_collect_warnings(&o, &su, &warn, &e)) {
+    if (serving_collect_warnings(&o, &su, false, &warn, &e)) {
         fprintf(stderr, "tandem sim: %s\n", e.msg);
         serving_options_free(&o);
         return 2;

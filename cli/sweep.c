@@ -202,7 +202,7 @@ static int check_points(const sweep_spec *spec, sweep_opts *so, terr *e)
         serving_warnings w;
         rc = point_options(spec, i, &o, &pe);
         if (rc == 0) rc = serving_resolve(&o, &su, &pe);
-        if (rc == 0) rc = serving_collect_warnings(&o, &su, &w, &pe);
+        if (rc == 0) rc = serving_collect_warnings(&o, &su, false, &w, &pe);
         if (rc == 0) rc = point_identity(spec, i, &o, &su, &cache, so->identity[i], &so->inputs[i], &pe);
         serving_options_free(&o);
         if (rc) {

@@ -511,6 +511,8 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     return rc;
 }
 
+int64_t metrics_requests_ended(const metrics *m) { return m->s.num_requests; }
+
 void metrics_free(metrics *m)
 {
     if (!m) return;

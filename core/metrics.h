@@ -112,6 +112,8 @@ void metrics_add_bad_rows(metrics *m, int64_t n);
  * reference is stolen), flushes and closes the CSVs. */
 int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e);
 void metrics_free(metrics *m);
+/* Requests ended so far (finished or rejected): what a progress line counts. */
+int64_t metrics_requests_ended(const metrics *m);
 
 /* The short human-readable table `tandem sim` prints; `what` ends the title ("simulated"). */
 void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f);

@@ -415,12 +415,59 @@ START_TEST(priority_classes_assigned_on_replay)
 }
 END_TEST
 
+/* sim names what it runs, warns once about an option that cannot change the result, and
+ * records both, with what built and ran it, in summary.json. */
+START_TEST(sim_header_warnings_and_provenance)
+{
+    char *dir = make_temp_dir("simhdr");
+    char out[4200];
+    snprintf(out, sizeof out, "%s/o", dir);
+    cli_result r = run_cli("sim", "--trace", CODE, "--max-requests", "200", "--scheduling-policy", "fair",
+                           "--chunk-size", "256", "--goodput", "ttft:500", "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "llama-2-7b on h200, policy fair, trace " CODE ", first 200 requests"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "Request goodput (req/s):"), "no goodput line:\n%s", r.out);
+    ck_assert_msg(strstr(r.err, "warning: --scheduling-policy fair: the trace has no client column"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "warning: --chunk-size is a knob of another policy"), "%s", r.err);
+    cli_result_free(&r);
+    json_t *js = load_json(out, "summary.json");
+    json_t *t = json_object_get(js, "tandem");
+    ck_assert_msg(t && json_string_value(json_object_get(t, "version")) && json_string_value(json_object_get(t, "build_id")) &&
+                      json_string_value(json_object_get(t, "host")),
+                  "summary.json has no tandem block");
+    const char *date = json_string_value(json_object_get(t, "date"));
+    ck_assert_msg(date && strlen(date) == 15 && date[8] == '-', "date \"%s\" is not %%Y%%m%%d-%%H%%M%%S", date ? date : "");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(t, "command"), 1)), "sim");
+    ck_assert_int_eq(json_array_size(json_object_get(js, "warnings")), 2);
+    json_decref(js);
+    /* fair over named clients and a lengths file re-timed: no warning; the file needs the rate */
+    char *trace = write_temp_file(dir, "named.csv", "arrival_s,prompt_tokens,output_tokens,client\n0,100,10,alice\n0.1,100,10,bob\n");
+    r = run_cli("sim", "--trace", trace, "--scheduling-policy", "fair", "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0 && !strstr(r.err, "warning"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli("sim", "--trace", "traces/samples/sharegpt_lengths_5k.csv", "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--request-rate"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli("sim", "--trace", "traces/samples/sharegpt_lengths_5k.csv", "--request-rate", "2", "--max-requests", "300",
+                "--seed", "1", NULL);
+    ck_assert_msg(r.exit_code == 0 && !strstr(r.err, "warning") && strstr(r.out, "re-timed at 2 req/s (Poisson)"), "%s%s",
+                  r.out, r.err);
+    cli_result_free(&r);
+    r = run_cli("sim", "--trace", CODE, "--burstiness", "0.5", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--burstiness 0.5"), "%s", r.err);
+    cli_result_free(&r);
+    free(trace);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("cli");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, help_lists_every_option_with_default);
+    tcase_add_test(tc, sim_header_warnings_and_provenance);
     tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
     tcase_add_test(tc, every_command_refuses_abbreviated_flags);
     tcase_add_test(tc, version_names_the_build);
