@@ -89,6 +89,55 @@ START_TEST(search_refuses_bad_flags_naming_them)
 }
 END_TEST
 
+/* A SPEC searches every point of its cross product: capacity.csv has one row per point, each
+ * equal to a search run alone with that point's options. */
+START_TEST(spec_searches_every_point_as_a_search_alone_would)
+{
+    char *dir = make_temp_dir("searchspec");
+    char *spec = write_temp_file(dir, "cap.spec", "trace = " LENGTHS "\nmax-requests = 300\nmodel = llama-3-8b\n"
+                                                  "max-num-seqs = 256\nmax-num-batched-tokens = 512, 8192\n");
+    char out[4200];
+    snprintf(out, sizeof out, "%s/cap", dir);
+    cli_result r = run_cli("search", spec, "--goodput", "ttft:500", "tpot:50", "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/capacity.csv", out);
+    char *csv = slurp(path, NULL);
+    ck_assert_msg(csv && !strncmp(csv, "point,id,trace,max-requests,model,max-num-seqs,max-num-batched-tokens,"
+                                       "capacity_request_rate,probes\n", 99), "%s", csv ? csv : "(none)");
+    const char *budgets[] = {"512", "8192"};
+    char *line = strchr(csv, '\n') + 1;
+    for (int i = 0; i < 2; i++) {
+        char alone[4300];
+        snprintf(alone, sizeof alone, "%s/alone%d", dir, i);
+        r = run_cli("search", "--trace", LENGTHS, "--max-requests", "300", "--model", "llama-3-8b", "--max-num-seqs", "256",
+                    "--max-num-batched-tokens", budgets[i], "--goodput", "ttft:500", "tpot:50", "--out", alone, "--quiet",
+                    NULL);
+        ck_assert_int_eq(r.exit_code, 0);
+        cli_result_free(&r);
+        json_t *js = load_json(alone, "search.json");
+        double want = json_real_value(json_object_get(js, "capacity_request_rate"));
+        json_decref(js);
+        char *nl = strchr(line, '\n');
+        *nl = 0;
+        char *cap = strrchr(line, ',');
+        *cap = 0;
+        double got = strtod(strrchr(line, ',') + 1, NULL);
+        ck_assert_msg(got == want, "point %d (budget %s): %g in capacity.csv, %g searched alone", i, budgets[i], got, want);
+        line = nl + 1;
+    }
+    free(csv);
+    char *bad = write_temp_file(dir, "bad.spec", "trace = " LENGTHS "\nrequest-rate = 1, 2\n");
+    r = run_cli("search", bad, "--goodput", "ttft:500", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "bad.spec:2: request-rate is what the search varies"), "%s", r.err);
+    cli_result_free(&r);
+    free(bad);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("search");
@@ -96,6 +145,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, capacity_meets_the_slo_and_the_next_probe_fails);
     tcase_add_test(tc, search_refuses_bad_flags_naming_them);
+    tcase_add_test(tc, spec_searches_every_point_as_a_search_alone_would);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
