@@ -580,6 +580,12 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
         json_t *cfg = config_json(o, su, trace_format_name(tr));
+        if (trace_num_client_names(tr)) { /* requests.csv's client ids, by name */
+            json_t *names = json_array();
+            for (int64_t i = 0; i < trace_num_client_names(tr); i++)
+                json_array_append_new(names, json_string(trace_client_name(tr, i)));
+            json_object_set_new(json_object_get(cfg, "resolved"), "client_names", names);
+        }
         if (report) json_object_set_new(cfg, "executor", report);
         if (metrics_finish(m, cfg, out, e)) code = 1;
     }

@@ -442,9 +442,14 @@ START_TEST(sim_header_warnings_and_provenance)
     json_decref(js);
     /* fair over named clients and a lengths file re-timed: no warning; the file needs the rate */
     char *trace = write_temp_file(dir, "named.csv", "arrival_s,prompt_tokens,output_tokens,client\n0,100,10,alice\n0.1,100,10,bob\n");
-    r = run_cli("sim", "--trace", trace, "--scheduling-policy", "fair", "--quiet", NULL);
+    r = run_cli("sim", "--trace", trace, "--scheduling-policy", "fair", "--out", out, "--quiet", NULL);
     ck_assert_msg(r.exit_code == 0 && !strstr(r.err, "warning"), "%s", r.err);
     cli_result_free(&r);
+    js = load_json(out, "summary.json");
+    json_t *names = json_object_get(json_object_get(json_object_get(js, "config"), "resolved"), "client_names");
+    ck_assert_msg(json_array_size(names) == 2 && !strcmp(json_string_value(json_array_get(names, 1)), "bob"),
+                  "summary.json does not name the clients by id");
+    json_decref(js);
     r = run_cli("sim", "--trace", "traces/samples/sharegpt_lengths_5k.csv", "--quiet", NULL);
     ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--request-rate"), "%s", r.err);
     cli_result_free(&r);

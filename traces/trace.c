@@ -100,6 +100,7 @@ struct trace_reader {
     char **client_name;                    /* (client_cap) open addressing by xxh3; NULL: empty */
     int32_t *client_id_of;                 /* (client_cap) */
     size_t client_cap, num_clients;
+    const char **client_by_id;             /* (num_clients) the names, by id (owned by client_name) */
 
     /* re-timing (opt.request_rate > 0) */
     gsl_rng *rng;                          /* NULL when the rate is infinite or times are kept */
@@ -290,6 +291,8 @@ static int parse_client(trace_reader *t, const trace_field *f, const char *col, 
         if (t->num_clients >= TRACE_MAX_CLIENT_NAMES)
             return row_error(t, e, "more than %d distinct %s names", TRACE_MAX_CLIENT_NAMES, col);
         t->client_name[h] = xstrdup(f->text);
+        t->client_by_id = xrealloc(t->client_by_id, (t->num_clients + 1) * sizeof *t->client_by_id);
+        t->client_by_id[t->num_clients] = t->client_name[h];
         t->client_id_of[h] = (int32_t)t->num_clients++;
     }
     *out = t->client_id_of[h];
@@ -674,8 +677,11 @@ int64_t trace_rows_read(const trace_reader *t) { return t->rows; }
 int64_t trace_bad_rows(const trace_reader *t) { return t->bad; }
 bool trace_has_priority(const trace_reader *t) { return t->layout && t->has_role[COL_PRIORITY]; }
 bool trace_has_client(const trace_reader *t) { return t->layout && t->has_role[COL_CLIENT]; }
-bool trace_has_times(const trace_reader *t) { return !t->layout || t->layout->parse_time; }
 int64_t trace_num_client_names(const trace_reader *t) { return t->client_names ? (int64_t)t->num_clients : 0; }
+const char *trace_client_name(const trace_reader *t, int64_t id)
+{
+    return t->client_names && id >= 0 && (size_t)id < t->num_clients ? t->client_by_id[id] : NULL;
+}
 
 size_t trace_buffer_bytes(const trace_reader *t)
 {
@@ -692,6 +698,7 @@ void trace_close(trace_reader *t)
     for (size_t i = 0; i < t->client_cap; i++) free(t->client_name[i]);
     free(t->client_name);
     free(t->client_id_of);
+    free(t->client_by_id);
     if (t->rng) gsl_rng_free(t->rng);
     free(t);
 }

@@ -80,12 +80,13 @@ arrival_source trace_source(trace_reader *t);
 const char *trace_format_name(const trace_reader *t);
 int64_t trace_rows_read(const trace_reader *t);  /* accepted rows so far */
 int64_t trace_bad_rows(const trace_reader *t);   /* rows skipped with skip_bad_rows */
-/* Whether the trace has a priority / client column, arrival times (not a lengths file). */
+/* Whether the trace has a priority / client column. */
 bool trace_has_priority(const trace_reader *t);
 bool trace_has_client(const trace_reader *t);
-bool trace_has_times(const trace_reader *t);
-/* Distinct client names seen so far (0 when the client column holds integer ids). */
+/* Distinct client names seen so far (0 when the client column holds integer ids), and the name
+ * of client id `id` (NULL if none; valid until trace_close). */
 int64_t trace_num_client_names(const trace_reader *t);
+const char *trace_client_name(const trace_reader *t, int64_t id);
 /* Bytes the reader holds in buffers (chunk, CSV field buffer, hash array): constant in the
  * number of rows, which is what the streaming test checks. */
 size_t trace_buffer_bytes(const trace_reader *t);
