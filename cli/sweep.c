@@ -44,7 +44,9 @@ typedef struct sweep_opts {
     char *spec; /* the positional argument */
     /* filled by check_points, one per point: */
     char (*identity)[17]; /* what the result depends on: options, binary, input files (hashed) */
-    char **inputs;        /* inputs.txt: the identity, the binary, each input file and its hash */
+    int32_t *files_of;    /* index in files[] of the point's input files */
+    char **files;         /* (num_files) distinct "ROLE PATH xxh3:HASH" lines, shared by the points */
+    int32_t num_files;
 } sweep_opts;
 
 #define O(f) offsetof(sweep_opts, f)
@@ -60,7 +62,7 @@ static const opt_spec sweep_option_specs[] = {
 #undef O
 
 static const char *usage =
-    "usage: tandem sweep SPEC --out DIR [-j N] [--keep-requests] [--keep-steps]\n"
+    "usage: tandem sweep SPEC --out DIR [-j N] [--keep-requests] [--keep-steps] [--force]\n"
     "       mpirun -np N tandem sweep SPEC --out DIR\n\n"
     "Runs `tandem sim` over the cross product of the options in SPEC (lines `option = v1, v2, ...`,\n"
     "options being sim flags without dashes; `lo..hi[:step]` for integer ranges) and writes\n"
@@ -144,9 +146,10 @@ static bool is_file(const char *path)
 
 /* Point `index`'s identity: its option values (the id), the binary's build id, and the content
  * hash of every file it reads: the trace, a profile given as a file, a model config file (shipped
- * configs and profiles are inside the binary). Writes the identity and the inputs.txt text. */
+ * configs and profiles are inside the binary). Sets so->identity[index] and so->files_of[index]
+ * (the lines inputs.txt lists after the identity and the binary). */
 static int point_identity(const sweep_spec *spec, int64_t index, const serving_options *o, const serving_setup *su,
-                          hash_cache *cache, char identity[17], char **text, terr *e)
+                          hash_cache *cache, sweep_opts *so, terr *e)
 {
     char id[17], model_file[4200] = "";
     sweep_point_id(spec, index, id);
@@ -175,13 +178,15 @@ static int point_identity(const sweep_spec *spec, int64_t index, const serving_o
         fputs(line, f);
     }
     fclose(f);
-    snprintf(identity, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st3));
+    snprintf(so->identity[index], 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st3));
     XXH3_freeState(st3);
-    if (rc == 0) {
-        *text = xmalloc(len + strlen(tandem_version) + 200);
-        sprintf(*text, "identity %s\ntandem %s build %s\n%s", identity, tandem_version, provenance_build_id(), body);
-    }
-    free(body);
+    int32_t k = 0;
+    while (k < so->num_files && strcmp(so->files[k], body)) k++;
+    if (k == so->num_files) {
+        so->files = xrealloc(so->files, (size_t)(k + 1) * sizeof *so->files);
+        so->files[so->num_files++] = body;
+    } else free(body);
+    so->files_of[index] = k;
     return rc;
 }
 
@@ -192,7 +197,7 @@ static int check_points(const sweep_spec *spec, sweep_opts *so, terr *e)
 {
     hash_cache cache = {0};
     so->identity = xcalloc((size_t)spec->num_points, sizeof *so->identity);
-    so->inputs = xcalloc((size_t)spec->num_points, sizeof *so->inputs);
+    so->files_of = xcalloc((size_t)spec->num_points, sizeof *so->files_of);
     char **seen = NULL;
     int num_seen = 0, rc = 0;
     for (int64_t i = 0; i < spec->num_points && rc == 0; i++) {
@@ -203,7 +208,7 @@ static int check_points(const sweep_spec *spec, sweep_opts *so, terr *e)
         rc = point_options(spec, i, &o, &pe);
         if (rc == 0) rc = serving_resolve(&o, &su, &pe);
         if (rc == 0) rc = serving_collect_warnings(&o, &su, false, &w, &pe);
-        if (rc == 0) rc = point_identity(spec, i, &o, &su, &cache, so->identity[i], &so->inputs[i], &pe);
+        if (rc == 0) rc = point_identity(spec, i, &o, &su, &cache, so, &pe);
         serving_options_free(&o);
         if (rc) {
             char what[1024];
@@ -339,7 +344,11 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
     snprintf(who_path, sizeof who_path, "%s/ran_by.txt", tmp);
     char inputs_path[4500];
     snprintf(inputs_path, sizeof inputs_path, "%s/inputs.txt", tmp);
-    int wrc = write_text(path, text) || write_text(who_path, who) || write_text(inputs_path, so->inputs[index]);
+    char *inputs = xmalloc(strlen(so->files[so->files_of[index]]) + strlen(tandem_version) + 200);
+    sprintf(inputs, "identity %s\ntandem %s build %s\n%s", so->identity[index], tandem_version, provenance_build_id(),
+            so->files[so->files_of[index]]);
+    int wrc = write_text(path, text) || write_text(who_path, who) || write_text(inputs_path, inputs);
+    free(inputs);
     free(text);
     if (wrc) return -1;
     remove_tree(final_dir); /* a stale point is replaced */
@@ -698,8 +707,9 @@ fail_mpi:
 fail:
     fprintf(stderr, "tandem sweep: %s\n", e.msg);
 done:
-    for (int64_t i = 0; so.inputs && i < spec.num_points; i++) free(so.inputs[i]);
-    free(so.inputs);
+    for (int32_t i = 0; i < so.num_files; i++) free(so.files[i]);
+    free(so.files);
+    free(so.files_of);
     free(so.identity);
     sweep_spec_free(&spec);
     free(so.spec);
