@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -391,12 +390,11 @@ static void progress_show(const progress *p)
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
-/* Runs `todo` points with up to `jobs` worker processes; under MPI with one job, in this process
- * (a rank does not fork). A worker, even the only one, is what lets Ctrl-C stop a point midway. */
+/* Runs `todo` points with up to `jobs` worker processes (in this process when jobs is 1). */
 static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t *todo, int64_t n, int jobs,
                      int rank, int size, progress *pr)
 {
-    if (jobs <= 1 && size > 1) {
+    if (jobs <= 1) {
         for (int64_t i = 0; i < n && !interrupted; i++) {
             if (run_point(spec, so, todo[i], rank, size)) pr->failed++;
             else pr->done++;
@@ -404,7 +402,7 @@ static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t
         }
         return;
     }
-    pid_t *pids = xcalloc((size_t)jobs, sizeof *pids), parent = getpid();
+    pid_t *pids = xcalloc((size_t)jobs, sizeof *pids);
     int64_t next = 0, running = 0;
     while ((next < n && !interrupted) || running > 0) {
         while (next < n && running < jobs && !interrupted) {
@@ -412,9 +410,6 @@ static void run_pool(const sweep_spec *spec, const sweep_opts *so, const int64_t
             if (pid == 0) {
                 signal(SIGINT, SIG_DFL);
                 signal(SIGTERM, SIG_DFL);
-                /* a worker dies with the sweep (killed or not), not orphaned to finish alone */
-                prctl(PR_SET_PDEATHSIG, SIGTERM);
-                if (getppid() != parent) _exit(1);
                 _exit(run_point(spec, so, todo[next], rank, size) ? 1 : 0);
             }
             if (pid < 0) break;

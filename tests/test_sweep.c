@@ -6,7 +6,6 @@
 #include <check.h>
 #include <dirent.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -401,73 +400,6 @@ START_TEST(useless_options_warned_once)
 }
 END_TEST
 
-/* Starts `tandem sweep spec --out out -j jobs` in its own process group; returns its pid. */
-static pid_t start_sweep(const char *spec, const char *out, const char *jobs)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 1), dup2(devnull, 2);
-        setpgid(0, 0);
-        const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
-        execl(bin, "tandem", "sweep", spec, "--out", out, "-j", jobs, (char *)NULL);
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    return pid;
-}
-
-/* Whether any process of group pgid is left after up to `ms` milliseconds. */
-static bool group_alive_after(pid_t pgid, int ms)
-{
-    for (int i = 0; i < ms / 10; i++) {
-        if (kill(-pgid, 0) != 0) return false;
-        nanosleep(&(struct timespec){0, 10000000}, NULL);
-    }
-    return kill(-pgid, 0) == 0;
-}
-
-/* A sweep killed outright (SIGKILL to the parent alone) takes its workers with it; Ctrl-C on a
- * -j 1 sweep stops the running point at once, not after it. */
-START_TEST(workers_die_with_the_sweep_and_ctrl_c_is_prompt)
-{
-    char *dir = make_temp_dir("sweepdie");
-    /* points of seconds each: 300k requests, two at a time, 16 tokens a step */
-    char trace[4200], text[8400];
-    snprintf(trace, sizeof trace, "%s/big.csv", dir);
-    cli_result r = run_cli("trace", "gen", "--num-requests", "300000", "--rate", "1000", "--input-len", "32",
-                           "--output-len", "128", "--out", trace, NULL);
-    ck_assert_msg(r.exit_code == 0, "%s", r.err);
-    cli_result_free(&r);
-    snprintf(text, sizeof text, "trace = %s\nmax-num-seqs = 2\nmax-num-batched-tokens = 16\nblock-size = 16, 32\n", trace);
-    char *spec = spec_file(dir, text);
-    char out[4200];
-    snprintf(out, sizeof out, "%s/a", dir);
-    pid_t pid = start_sweep(spec, out, "2");
-    nanosleep(&(struct timespec){0, 300000000}, NULL);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    bool left = group_alive_after(pid, 2000);
-    if (left) kill(-pid, SIGKILL);
-    ck_assert_msg(!left, "workers kept running after their sweep was killed");
-    snprintf(out, sizeof out, "%s/b", dir);
-    pid = start_sweep(spec, out, "1");
-    nanosleep(&(struct timespec){0, 300000000}, NULL);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    kill(-pid, SIGINT); /* as a terminal's Ctrl-C: the whole foreground group */
-    int status;
-    waitpid(pid, &status, 0);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "Ctrl-C: status %d", status);
-    ck_assert_msg(s < 1.0, "Ctrl-C took %.2f s to stop a -j 1 sweep", s);
-    ck_assert_msg(count_points(out) == 0, "a point completed before Ctrl-C: the test needs longer points");
-    free(spec);
-    free(dir);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -483,7 +415,6 @@ int main(void)
     tcase_add_test(tc, regenerated_trace_makes_points_stale);
     tcase_add_test(tc, keep_requests_and_force_on_a_rerun);
     tcase_add_test(tc, useless_options_warned_once);
-    tcase_add_test(tc, workers_die_with_the_sweep_and_ctrl_c_is_prompt);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
