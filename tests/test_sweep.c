@@ -400,6 +400,35 @@ START_TEST(useless_options_warned_once)
 }
 END_TEST
 
+/* A model config given as a file is an input like the trace: editing it makes the points stale. */
+START_TEST(edited_model_config_makes_points_stale)
+{
+    char *dir = make_temp_dir("sweepmodel");
+    size_t n;
+    char *cfg = slurp("configs/models/llama-2-7b.json", &n);
+    ck_assert_msg(cfg, "no configs/models/llama-2-7b.json");
+    char *model = write_temp_file(dir, "config.json", cfg);
+    char text[8400], out[4200];
+    snprintf(text, sizeof text, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 100\nmodel = %s\n", model);
+    char *spec = spec_file(dir, text);
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "1 points (1 run now, 0 already done"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    char *edited = xmalloc(n + 2);
+    snprintf(edited, n + 2, "%s\n", cfg); /* the same model, one more newline: a different file */
+    free(write_temp_file(dir, "config.json", edited));
+    r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "1 points (1 run now (1 stale), 0 already done"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    free(edited);
+    free(cfg);
+    free(model);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -415,6 +444,7 @@ int main(void)
     tcase_add_test(tc, regenerated_trace_makes_points_stale);
     tcase_add_test(tc, keep_requests_and_force_on_a_rerun);
     tcase_add_test(tc, useless_options_warned_once);
+    tcase_add_test(tc, edited_model_config_makes_points_stale);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
