@@ -132,7 +132,7 @@ int run_main(int argc, char **argv)
     if (serving_collect_warnings(&o.serving, &su, true, &warn, &e)) goto fail;
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
     opened = true;
-    serving_print_warnings(&warn, "run");
+    if (!o.serving.quiet) serving_print_warnings(&warn, "run");
     if (!o.serving.quiet) serving_print_header(&o.serving, &su, eng.ops->name, stdout), fflush(stdout);
     o.serving.progress = !o.serving.quiet && isatty(2);
     code = 2;

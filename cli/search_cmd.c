@@ -298,7 +298,7 @@ static int search_spec(int argc, char **argv, const char *out, terr *e)
             if (j < num_seen) continue;
             seen = xrealloc(seen, (size_t)(num_seen + 1) * sizeof *seen);
             seen[num_seen++] = xstrdup(w.msg[k]);
-            fprintf(stderr, "tandem search: warning: %s\n", w.msg[k]);
+            if (!o.serving.quiet) fprintf(stderr, "tandem search: warning: %s\n", w.msg[k]);
         }
         free_options(&o);
     }
@@ -394,7 +394,7 @@ int search_main(int argc, char **argv)
     o.serving.out = NULL; /* the probes write no files */
     serving_warnings warn;
     if (serving_collect_warnings(&o.serving, &su, false, &warn, &e)) goto fail;
-    serving_print_warnings(&warn, "search");
+    if (!o.serving.quiet) serving_print_warnings(&warn, "search");
     if (!o.serving.quiet) {
         char slo[160];
         describe_slo(&su, slo, sizeof slo);

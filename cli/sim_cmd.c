@@ -39,7 +39,7 @@ int sim_main(int argc, char **argv)
         serving_options_free(&o);
         return 2;
     }
-    serving_print_warnings(&warn, "sim");
+    if (!o.quiet) serving_print_warnings(&warn, "sim");
     if (!o.quiet) serving_print_header(&o, &su, NULL, stdout);
     metrics_summary sum;
     int code = serving_simulate(&o, &su, &sum, &e);
