@@ -14,5 +14,6 @@ int trace_stats_main(int argc, char **argv);
 int generate_main(int argc, char **argv);
 int profile_main(int argc, char **argv);
 int compare_main(int argc, char **argv);
+int search_main(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -121,8 +122,13 @@ int run_main(int argc, char **argv)
         terr_set(&e, "--repeat %lld needs --out DIR (each repeat writes DIR/1, DIR/2, ...)", (long long)o.repeat);
         goto fail;
     }
+    serving_warnings warn;
+    if (serving_collect_warnings(&o.serving, &su, true, &warn, &e)) goto fail;
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
     opened = true;
+    if (!o.serving.quiet) serving_print_warnings(&warn, "run");
+    if (!o.serving.quiet) serving_print_header(&o.serving, &su, eng.ops->name, stdout), fflush(stdout);
+    o.serving.progress = !o.serving.quiet && isatty(2);
     code = 2;
     runs = xcalloc((size_t)o.repeat, sizeof *runs);
     for (int64_t k = 0; k < o.repeat; k++) {
@@ -145,6 +151,7 @@ int run_main(int argc, char **argv)
         char what[96];
         snprintf(what, sizeof what, "measured, %s engine", eng.ops->name);
         metrics_print_summary(&runs[o.repeat - 1], what, stdout);
+        serving_print_goodput(&su, &runs[o.repeat - 1], stdout);
     }
     if (o.repeat > 1 && write_spread(out, runs, o.repeat, o.serving.quiet, &e)) {
         code = 1;

@@ -2,16 +2,20 @@
 #include "cli/serving.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gsl/gsl_rng.h>
 
+#include "cli/provenance.h"
+#include "cli/version.h"
 #include "core/clock.h"
 #include "core/kv.h"
 #include "core/serve.h"
@@ -54,6 +58,8 @@ static const opt_spec serving_own_specs[] = {
     {"max-concurrency", OPT_I64, O(max_concurrency), "0", "closed loop: at most N requests outstanding, later arrivals wait (vllm bench serve; 0: open loop)"},
     {"seed", OPT_I64, O(seed), "0", "seed of every random draw"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
+    {"request-rate", OPT_F64, O(request_rate), "0", "re-time the trace: Poisson arrivals at R req/s, seeded by --seed (inf: all at once; 0: the trace's times)"},
+    {"burstiness", OPT_F64, O(burstiness), "1.0", "with --request-rate: Gamma inter-arrivals of this shape (1: Poisson; < 1 burstier), as vllm bench serve"},
     {"max-requests", OPT_I64, O(max_requests), "0", "replay only the first N requests (0: all)"},
     {"priority-classes", OPT_STR, O(priority_classes), "", "replay with priorities drawn per request: fractions F0,F1,... of classes 0,1,... (0 = most important)"},
     {"num-clients", OPT_I64, O(num_clients), "0", "replay with clients drawn uniformly from 0..N-1 (0: the trace's)"},
@@ -267,6 +273,10 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     su->num_host_blocks = c->preemption_mode == PREEMPT_SWAP ? (int32_t)swap_blocks : 0;
     if (o->goodput && parse_goodput(o->goodput, su, e)) return -1;
     if (check_range("num-clients", o->num_clients, 0, 1 << 24, e)) return -1;
+    if (!(o->request_rate >= 0)) return terr_set(e, "--request-rate: %g must be >= 0 (0: the trace's own times)", o->request_rate);
+    if (!(o->burstiness > 0 && isfinite(o->burstiness))) return terr_set(e, "--burstiness: %g must be > 0", o->burstiness);
+    if (o->burstiness != 1.0 && !(o->request_rate > 0 && isfinite(o->request_rate)))
+        return terr_set(e, "--burstiness %g shapes the gaps of --request-rate R: give a finite --request-rate", o->burstiness);
     if (o->priority_classes) {
         char buf[512];
         snprintf(buf, sizeof buf, "%s", o->priority_classes);
@@ -331,6 +341,181 @@ static json_t *config_json(const serving_options *o, const serving_setup *su, co
     return cfg;
 }
 
+void serving_trace_options(const serving_options *o, trace_options *to)
+{
+    *to = (trace_options){.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows,
+                          .request_rate = o->request_rate, .burstiness = o->burstiness, .seed = (uint64_t)o->seed};
+}
+
+static void warn(serving_warnings *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(serving_warnings *w, const char *fmt, ...)
+{
+    if (w->n == SERVING_MAX_WARNINGS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->msg[w->n++], sizeof w->msg[0], fmt, ap);
+    va_end(ap);
+}
+
+/* Whether option `name` differs from its default (knobs included). */
+static bool changed(const serving_options *o, const char *name)
+{
+    static serving_options def;
+    static json_t *def_json;
+    if (!def_json) {
+        serving_options_defaults(&def);
+        def_json = opts_to_json(serving_option_specs(), &def);
+    }
+    json_t *cur = opts_to_json(serving_option_specs(), o);
+    bool diff = !json_equal(json_object_get(cur, name), json_object_get(def_json, name));
+    json_decref(cur);
+    return diff;
+}
+
+/* `draws_seeded` is false for an executor with randomness of its own (the engine's sampling),
+ * where the seed always matters. */
+static void collect_warnings(const serving_options *o, const serving_setup *su, const trace_reader *tr,
+                             bool draws_seeded, serving_warnings *w)
+{
+    w->n = 0;
+    const char *pol = su->policy->name;
+    if (!strcmp(pol, "priority") && !trace_has_priority(tr) && !su->num_priority_classes)
+        warn(w, "--scheduling-policy priority: the trace has no priority column and --priority-classes is not "
+                "given, so every request is class 0 and the run is the same as vllm's");
+    if (!strcmp(pol, "fair") && !trace_has_client(tr) && !o->num_clients)
+        warn(w, "--scheduling-policy fair: the trace has no client column and --num-clients is not given, so "
+                "there is one client and fair share has nothing to share");
+    const opt_spec *lpe = opts_find(serving_option_specs(), "length-predictor-error");
+    bool predictor_noise = lpe && (!strcmp(pol, "sjf") || !strcmp(pol, "srpt")) &&
+                           *(const double *)((const char *)o + lpe->offset) > 0;
+    bool random = predictor_noise || su->num_priority_classes || o->num_clients ||
+                  (o->request_rate > 0 && isfinite(o->request_rate));
+    if (draws_seeded && o->seed != 0 && !random)
+        warn(w, "--seed changes nothing here: this replay draws no random numbers (they come only from "
+                "--request-rate, --priority-classes, --num-clients and sjf/srpt's --length-predictor-error)");
+    /* another policy's knobs */
+    for (const opt_spec *k = policy_knob_specs(); k->name; k++) {
+        bool mine = false;
+        for (const opt_spec *m = su->policy->knobs; m && m->name; m++) mine |= !strcmp(m->name, k->name);
+        if (!mine && changed(o, k->name))
+            warn(w, "--%s is a knob of another policy: --scheduling-policy %s does not read it", k->name, pol);
+    }
+    const opt_spec *cs = opts_find(serving_option_specs(), "chunk-size");
+    if (!strcmp(pol, "sarathi") && cs && changed(o, "max-num-batched-tokens") &&
+        o->max_num_batched_tokens >= *(const int64_t *)((const char *)o + cs->offset))
+        warn(w, "--max-num-batched-tokens %lld: sarathi's step budget is --chunk-size (%lld), which it only caps "
+                "when smaller; sweep --chunk-size instead",
+             (long long)o->max_num_batched_tokens, (long long)*(const int64_t *)((const char *)o + cs->offset));
+    if (o->request_rate > 0 && changed(o, "time-scale"))
+        warn(w, "--time-scale %g: --request-rate re-times the trace, so its own times (and their scale) are not used",
+             o->time_scale);
+    if (su->sched.preemption_mode != PREEMPT_SWAP && changed(o, "swap-space"))
+        warn(w, "--swap-space: only --preemption-mode swap uses host memory");
+}
+
+int serving_collect_warnings(const serving_options *o, const serving_setup *su, bool executor_draws,
+                             serving_warnings *w, terr *e)
+{
+    trace_options to;
+    serving_trace_options(o, &to);
+    trace_reader *tr;
+    if (trace_open(&tr, o->trace, &to, e)) return -1;
+    collect_warnings(o, su, tr, !executor_draws, w);
+    trace_close(tr);
+    return 0;
+}
+
+void serving_print_warnings(const serving_warnings *w, const char *cmd)
+{
+    for (int i = 0; i < w->n; i++) fprintf(stderr, "tandem %s: warning: %s\n", cmd, w->msg[i]);
+}
+
+void serving_print_header(const serving_options *o, const serving_setup *su, const char *backend, FILE *f)
+{
+    fprintf(f, "tandem %s: %s on %s, policy %s, trace %s", tandem_version, o->model,
+            backend && !strcmp(backend, "cpu") ? "the CPU" : su->gpu->name, su->policy->name, o->trace);
+    if (o->request_rate > 0) {
+        if (isinf(o->request_rate)) fprintf(f, " (all at once)");
+        else if (o->burstiness != 1.0) fprintf(f, " re-timed at %g req/s, burstiness %g", o->request_rate, o->burstiness);
+        else fprintf(f, " re-timed at %g req/s (Poisson)", o->request_rate);
+    } else if (o->time_scale != 1.0) fprintf(f, " x%g time scale", o->time_scale);
+    if (o->max_requests) fprintf(f, ", first %lld requests", (long long)o->max_requests);
+    fprintf(f, "\n  max-num-seqs %lld, max-num-batched-tokens %lld, max-model-len %d, %lld KV blocks of %d tokens, "
+               "%s preemption%s, seed %lld, ",
+            (long long)o->max_num_seqs, (long long)o->max_num_batched_tokens, su->sched.max_model_len,
+            (long long)su->kv.num_blocks, su->sched.block_size, o->preemption_mode,
+            o->enable_prefix_caching ? ", prefix caching" : "", (long long)o->seed);
+    if (backend) fprintf(f, "%s engine\n", backend);
+    else fprintf(f, "cost model %s%s%s\n", su->cost_model->name, su->cost_model_arg[0] ? ":" : "", su->cost_model_arg);
+}
+
+void serving_print_goodput(const serving_setup *su, const metrics_summary *s, FILE *f)
+{
+    if (isnan(s->request_goodput)) return;
+    char slo[128] = "";
+    size_t k = 0;
+    if (su->goodput_ttft_ms > 0) k += (size_t)snprintf(slo + k, sizeof slo - k, " TTFT <= %g ms", su->goodput_ttft_ms);
+    if (su->goodput_tpot_ms > 0) k += (size_t)snprintf(slo + k, sizeof slo - k, " TPOT <= %g ms", su->goodput_tpot_ms);
+    if (su->goodput_e2el_ms > 0) snprintf(slo + k, sizeof slo - k, " E2EL <= %g ms", su->goodput_e2el_ms);
+    fprintf(f, "%-40s %-10.2f (%.1f%% of %lld requests meet%s)\n", "Request goodput (req/s):", s->request_goodput,
+            s->num_requests ? 100.0 * (double)s->num_good / (double)s->num_requests : 0.0, (long long)s->num_requests, slo);
+}
+
+/* The progress line of a run on a terminal: requests ended of the trace's total (counted by a
+ * first pass over the file), their rate in wall-clock time, and the time left at that rate. */
+typedef struct progress {
+    metrics *m;
+    int64_t total;
+    double t0, last; /* wall seconds */
+} progress;
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void progress_show(progress *p, double now)
+{
+    int64_t done = metrics_requests_ended(p->m);
+    double el = now - p->t0, rate = el > 0 ? (double)done / el : 0, left = rate > 0 ? (double)(p->total - done) / rate : 0;
+    fprintf(stderr, "\rrun: %lld/%lld requests done, %.2f req/s, %dm%02ds left   ", (long long)done, (long long)p->total,
+            rate, (int)(left / 60), (int)left % 60);
+    fflush(stderr);
+    p->last = now;
+}
+
+static void progress_start(progress *p, const serving_options *o)
+{
+    trace_options to;
+    serving_trace_options(o, &to);
+    to.skip_bad_rows = true; /* a count only: the replay reports bad rows */
+    trace_reader *tr;
+    terr e;
+    if (trace_open(&tr, o->trace, &to, &e) == 0) {
+        arrival_source s = trace_source(tr);
+        arrival a;
+        while (s.next(s.self, &a, &e) == 1) p->total++;
+        trace_close(tr);
+    }
+    p->t0 = wall_s();
+    progress_show(p, p->t0);
+}
+
+static void progress_step(void *ud, int64_t step, const batch *b, int64_t start_ns, int64_t duration_ns)
+{
+    progress *p = ud;
+    double now = wall_s();
+    if (now - p->last >= 0.5) progress_show(p, now);
+}
+
+static void progress_end(progress *p)
+{
+    progress_show(p, wall_s());
+    fputc('\n', stderr);
+}
+
 int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e)
 {
     executor ex;
@@ -360,9 +545,17 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
                            : o->max_concurrency > 0 ? "max-concurrency" : NULL;
         if (flag) return terr_set(e, "--%s: the engine serves one replica on one GPU; this is a `tandem sim` option", flag), 2;
     }
-    trace_options to = {.time_scale = o->time_scale, .max_requests = o->max_requests, .skip_bad_rows = o->skip_bad_rows};
+    trace_options to;
+    serving_trace_options(o, &to);
     trace_reader *tr;
     if (trace_open(&tr, o->trace, &to, e)) return 2;
+    serving_warnings warn;
+    collect_warnings(o, su, tr, !ex.ops->measures_host, &warn);
+    json_t *extra = json_object();
+    json_object_set_new(extra, "tandem", provenance_json());
+    json_t *wl = json_array();
+    for (int i = 0; i < warn.n; i++) json_array_append_new(wl, json_string(warn.msg[i]));
+    json_object_set_new(extra, "warnings", wl);
     /* The run's folder is written as OUT.tmp-PID and put in place of OUT when complete: a run
      * that fails or is killed leaves OUT as it was. A second run into an OUT that one is writing
      * is refused: OUT.lock is held (flock, so a killed run holds nothing) until the end. */
@@ -401,9 +594,11 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .peak_flops = su->gpu->peak_bf16_flops * su->tensor_parallel,
         .peak_bytes_s = su->gpu->peak_mem_bw_bytes_s * su->tensor_parallel,
         .num_replicas = (int32_t)o->num_replicas,
+        .summary_extra = extra,
     };
     metrics *m;
     if (metrics_open(&m, &mo, e)) {
+        json_decref(extra);
         trace_close(tr);
         if (o->out) remove_tree(tmp_dir), unlink(lock_path), close(lock_fd);
         return 1;
@@ -432,16 +627,27 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         gsl_rng_set(rl.rng, (unsigned long)o->seed ^ 0x5eed0fc1a55e5ULL);
         src = (arrival_source){relabel_next, &rl};
     }
-    if (serve_run(&sc, src, ex, clock, m, NULL, &res, e)) code = 2;
+    progress pr = {.m = m};
+    serve_hooks hooks = {.on_step = progress_step, .ud = &pr};
+    if (o->progress) progress_start(&pr, o);
+    if (serve_run(&sc, src, ex, clock, m, o->progress ? &hooks : NULL, &res, e)) code = 2;
+    if (o->progress) progress_end(&pr);
     json_t *report = !code && ex.ops->report ? ex.ops->report(ex.self) : NULL;
     if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
         json_t *cfg = config_json(o, su, trace_format_name(tr));
+        if (trace_num_client_names(tr)) { /* requests.csv's client ids, by name */
+            json_t *names = json_array();
+            for (int64_t i = 0; i < trace_num_client_names(tr); i++)
+                json_array_append_new(names, json_string(trace_client_name(tr, i)));
+            json_object_set_new(json_object_get(cfg, "resolved"), "client_names", names);
+        }
         if (report) json_object_set_new(cfg, "executor", report);
         if (metrics_finish(m, cfg, out, e)) code = 1;
     }
     metrics_free(m);
+    json_decref(extra);
     trace_close(tr);
     if (o->out && !code && publish_dir(tmp_dir, final_dir, e)) code = 1;
     if (o->out && code) remove_tree(tmp_dir);

@@ -37,9 +37,10 @@ typedef struct serving_options {
     bool cluster_loop; /* not a flag: run one replica through the cluster loop (tests) */
     int64_t num_clients, max_num_seqs, max_num_batched_tokens, max_model_len, block_size, num_gpu_blocks_override,
         long_prefill_token_threshold, seed, max_requests, max_steps;
-    double gpu_memory_utilization, swap_space, time_scale;
+    double gpu_memory_utilization, swap_space, time_scale, request_rate, burstiness;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
         requests, steps, tokens, quiet, force_profile;
+    bool progress; /* not a flag: a progress line on stderr (`run` sets it when stderr is a terminal) */
     policy_knobs knobs; /* every policy's own knobs (--chunk-size, ...) */
 } serving_options;
 
@@ -90,6 +91,29 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e);
  * shipped profile of the model on the GPU when there is one, else the roofline). Sets
  * su->cost_model and su->cost_model_arg; -1 with e naming --cost-model. */
 int serving_resolve_cost_model(const char *spec, serving_setup *su, terr *e);
+
+/* Options that cannot affect this run's result (vLLM would take them silently): a priority
+ * policy on a trace without priorities, fair share without clients, a seed nothing draws from,
+ * another policy's knob, sarathi's token budget, ... One sentence each, naming the flag. */
+#define SERVING_MAX_WARNINGS 8
+typedef struct serving_warnings {
+    int n;
+    char msg[SERVING_MAX_WARNINGS][400];
+} serving_warnings;
+/* Fills w for o and su; opens the trace's header (errors as the replay's). executor_draws: the
+ * executor uses the seed itself (the engine's sampling), so the seed always matters. */
+int serving_collect_warnings(const serving_options *o, const serving_setup *su, bool executor_draws,
+                             serving_warnings *w, terr *e);
+/* "tandem CMD: warning: ..." on stderr, one line each. */
+void serving_print_warnings(const serving_warnings *w, const char *cmd);
+/* The trace options o asks for (time scale, limit, re-timing). */
+struct trace_options;
+void serving_trace_options(const serving_options *o, struct trace_options *to);
+/* What a run is, in two lines: model, GPU, policy, trace and the options that shape it (for
+ * `sim` and `run` before they start; `backend` NULL for the cost model). */
+void serving_print_header(const serving_options *o, const serving_setup *su, const char *backend, FILE *f);
+/* The goodput line, when SLOs were given: rate and share of requests meeting every SLO. */
+void serving_print_goodput(const serving_setup *su, const metrics_summary *s, FILE *f);
 
 /* Replays the trace on the setup's cost model in simulated time (`tandem sim`, sweeps). Returns
  * 0, 2 on bad input (e says FILE:LINE: ...), 1 on output failure. */

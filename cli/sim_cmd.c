@@ -33,11 +33,19 @@ int sim_main(int argc, char **argv)
         serving_options_free(&o);
         return 2;
     }
+    serving_warnings warn;
+    if (serving_collect_warnings(&o, &su, false, &warn, &e)) {
+        fprintf(stderr, "tandem sim: %s\n", e.msg);
+        serving_options_free(&o);
+        return 2;
+    }
+    if (!o.quiet) serving_print_warnings(&warn, "sim");
+    if (!o.quiet) serving_print_header(&o, &su, NULL, stdout);
     metrics_summary sum;
     int code = serving_simulate(&o, &su, &sum, &e);
     if (code) fprintf(stderr, "tandem sim: %s\n", e.msg);
     else {
-        if (!o.quiet) metrics_print_summary(&sum, "simulated", stdout);
+        if (!o.quiet) metrics_print_summary(&sum, "simulated", stdout), serving_print_goodput(&su, &sum, stdout);
         if (o.out && !o.quiet) printf("outputs: %s/summary.json, requests.csv%s\n", o.out, o.steps ? ", steps.csv" : "");
     }
     serving_options_free(&o);

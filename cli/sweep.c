@@ -30,7 +30,11 @@
 #include <mpi.h>
 #endif
 
+#include <xxhash.h>
+
 #include "cli/commands.h"
+#include "cli/provenance.h"
+#include "cli/version.h"
 #include "cli/serving.h"
 #include "cli/sweep.h"
 #include "traces/trace.h"
@@ -38,8 +42,13 @@
 typedef struct sweep_opts {
     char *out;
     int64_t jobs;
-    bool keep_requests, keep_steps, quiet;
+    bool keep_requests, keep_steps, quiet, force;
     char *spec; /* the positional argument */
+    /* filled by check_points, one per point: */
+    char (*identity)[17]; /* what the result depends on: options, binary, input files (hashed) */
+    int32_t *files_of;    /* index in files[] of the point's input files */
+    char **files;         /* (num_files) distinct "ROLE PATH xxh3:HASH" lines, shared by the points */
+    int32_t num_files;
 } sweep_opts;
 
 #define O(f) offsetof(sweep_opts, f)
@@ -49,16 +58,18 @@ static const opt_spec sweep_option_specs[] = {
     {"keep-requests", OPT_BOOL, O(keep_requests), "false", "keep each point's requests.csv"},
     {"keep-steps", OPT_BOOL, O(keep_steps), "false", "keep each point's steps.csv"},
     {"quiet", OPT_BOOL, O(quiet), "false", "no progress line and no final summary"},
+    {"force", OPT_BOOL, O(force), "false", "rerun every point, even those already done"},
     OPT_END,
 };
 #undef O
 
 static const char *usage =
-    "usage: tandem sweep SPEC --out DIR [-j N] [--keep-requests] [--keep-steps]\n"
+    "usage: tandem sweep SPEC --out DIR [-j N] [--keep-requests] [--keep-steps] [--force]\n"
     "       mpirun -np N tandem sweep SPEC --out DIR\n\n"
     "Runs `tandem sim` over the cross product of the options in SPEC (lines `option = v1, v2, ...`,\n"
     "options being sim flags without dashes; `lo..hi[:step]` for integer ranges) and writes\n"
-    "DIR/results.csv. Rerunning after an interruption runs only the missing points.";
+    "DIR/results.csv. Rerunning after an interruption runs only the missing points, and those\n"
+    "whose result would differ (stale: another tandem build, or an input file changed since).";
 
 /* The metrics columns of results.csv, after the point's parameters. */
 static const char *const metric_cols =
@@ -114,49 +125,166 @@ static void describe_point(const sweep_spec *spec, int64_t index, char *buf, siz
     free(vals);
 }
 
-/* Every point must resolve (types, vLLM's start-up rules), every trace must open: a bad spec
- * fails before anything runs. */
-static int check_points(const sweep_spec *spec, terr *e)
+/* Content hashes of the input files, by path: each file is read once per sweep. */
+typedef struct hash_cache {
+    char **path, (*hex)[17];
+    int n;
+} hash_cache;
+
+static int cached_hash(hash_cache *c, const char *path, char hex[17], terr *e)
 {
-    for (int64_t i = 0; i < spec->num_points; i++) {
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->path[i], path)) return memcpy(hex, c->hex[i], 17), 0;
+    if (provenance_hash_file(path, hex, e)) return -1;
+    c->path = xrealloc(c->path, (size_t)(c->n + 1) * sizeof *c->path);
+    c->hex = xrealloc(c->hex, (size_t)(c->n + 1) * sizeof *c->hex);
+    c->path[c->n] = xstrdup(path);
+    memcpy(c->hex[c->n++], hex, 17);
+    return 0;
+}
+
+static bool is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Point `index`'s identity: its option values (the id), the binary's build id, and the content
+ * hash of every file it reads: the trace, a profile given as a file, a model config file (shipped
+ * configs and profiles are inside the binary). Sets so->identity[index] and so->files_of[index]
+ * (the lines inputs.txt lists after the identity and the binary). */
+static int point_identity(const sweep_spec *spec, int64_t index, const serving_options *o, const serving_setup *su,
+                          hash_cache *cache, sweep_opts *so, terr *e)
+{
+    char id[17], model_file[4200] = "";
+    sweep_point_id(spec, index, id);
+    const char *model = strncmp(o->model, "synthetic:", 10) ? o->model : o->model + 10;
+    struct stat st;
+    if (is_file(model)) snprintf(model_file, sizeof model_file, "%s", model);
+    else if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(model_file, sizeof model_file, "%s/config.json", model);
+    const char *profile = su->cost_model_arg[0] && is_file(su->cost_model_arg) ? su->cost_model_arg : NULL;
+    const struct {
+        const char *role, *path;
+    } files[] = {{"trace", o->trace}, {"model-config", model_file[0] ? model_file : NULL}, {"profile", profile}};
+    XXH3_state_t *st3 = XXH3_createState();
+    XXH3_64bits_reset(st3);
+    XXH3_64bits_update(st3, id, 17);
+    XXH3_64bits_update(st3, provenance_build_id(), strlen(provenance_build_id()) + 1);
+    char *body = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&body, &len);
+    int rc = 0;
+    for (size_t k = 0; k < ARRAY_LEN(files) && rc == 0; k++) {
+        if (!files[k].path) continue;
+        char hex[17], line[4400];
+        if ((rc = cached_hash(cache, files[k].path, hex, e))) break;
+        int n = snprintf(line, sizeof line, "%s %s xxh3:%s\n", files[k].role, files[k].path, hex);
+        XXH3_64bits_update(st3, line, (size_t)n);
+        fputs(line, f);
+    }
+    fclose(f);
+    snprintf(so->identity[index], 17, "%016llx", (unsigned long long)XXH3_64bits_digest(st3));
+    XXH3_freeState(st3);
+    int32_t k = 0;
+    while (k < so->num_files && strcmp(so->files[k], body)) k++;
+    if (k == so->num_files) {
+        so->files = xrealloc(so->files, (size_t)(k + 1) * sizeof *so->files);
+        so->files[so->num_files++] = body;
+    } else free(body);
+    so->files_of[index] = k;
+    return rc;
+}
+
+/* Every point must resolve (types, vLLM's start-up rules), every trace must open: a bad spec
+ * fails before anything runs. Computes every point's identity into so, and prints each distinct
+ * warning (an option that cannot change a result) once. */
+static int check_points(const sweep_spec *spec, sweep_opts *so, terr *e)
+{
+    hash_cache cache = {0};
+    so->identity = xcalloc((size_t)spec->num_points, sizeof *so->identity);
+    so->files_of = xcalloc((size_t)spec->num_points, sizeof *so->files_of);
+    char **seen = NULL;
+    int num_seen = 0, rc = 0;
+    for (int64_t i = 0; i < spec->num_points && rc == 0; i++) {
         serving_options o;
         serving_setup su;
         terr pe;
-        int rc = point_options(spec, i, &o, &pe);
+        serving_warnings w;
+        rc = point_options(spec, i, &o, &pe);
         if (rc == 0) rc = serving_resolve(&o, &su, &pe);
-        if (rc == 0) {
-            trace_reader *tr;
-            trace_options to = {.time_scale = o.time_scale, .max_requests = o.max_requests, .skip_bad_rows = o.skip_bad_rows};
-            rc = trace_open(&tr, o.trace, &to, &pe);
-            if (rc == 0) trace_close(tr);
-        }
+        if (rc == 0) rc = serving_collect_warnings(&o, &su, false, &w, &pe);
+        if (rc == 0) rc = point_identity(spec, i, &o, &su, &cache, so, &pe);
         serving_options_free(&o);
         if (rc) {
             char what[1024];
             describe_point(spec, i, what, sizeof what);
-            return terr_set(e, "%s: point %lld (%s): %s", spec->origin, (long long)i, what, pe.msg);
+            terr_set(e, "%s: point %lld (%s): %s", spec->origin, (long long)i, what, pe.msg);
+            break;
+        }
+        for (int k = 0; k < w.n; k++) {
+            int j = 0;
+            while (j < num_seen && strcmp(seen[j], w.msg[k])) j++;
+            if (j < num_seen) continue;
+            seen = xrealloc(seen, (size_t)(num_seen + 1) * sizeof *seen);
+            seen[num_seen++] = xstrdup(w.msg[k]);
         }
     }
-    return 0;
+    if (rc == 0 && !so->quiet)
+        for (int j = 0; j < num_seen; j++) fprintf(stderr, "tandem sweep: warning: %s\n", seen[j]);
+    for (int j = 0; j < num_seen; j++) free(seen[j]);
+    free(seen);
+    for (int k = 0; k < cache.n; k++) free(cache.path[k]);
+    free(cache.path);
+    free(cache.hex);
+    return rc;
 }
 
 static void point_dir(char *buf, size_t n, const char *out, const char *id) { snprintf(buf, n, "%s/points/%s", out, id); }
 
-/* A point is done when its row.csv exists and was written with today's columns (its first
- * line): a point left by a tandem with other metrics is stale and runs again. */
-static bool point_done(const char *out, const char *id)
+/* Whether a file starts with `text`. */
+static bool starts_with(const char *path, const char *text)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
     FILE *f = fopen(path, "rb");
     if (!f) return false;
-    size_t n = strlen(metric_cols);
-    char *head = xmalloc(n + 2);
-    size_t got = fread(head, 1, n + 1, f);
+    size_t n = strlen(text);
+    char *head = xmalloc(n + 1);
+    size_t got = fread(head, 1, n, f);
     fclose(f);
-    bool ok = got == n + 1 && memcmp(head, metric_cols, n) == 0 && head[n] == '\n';
+    bool ok = got == n && memcmp(head, text, n) == 0;
     free(head);
     return ok;
+}
+
+typedef enum { POINT_MISSING, POINT_DONE, POINT_STALE } point_state;
+
+/* A point is done when its row.csv was written with today's columns (its first line) and its
+ * inputs.txt names the identity this run computes (same options, binary and input files).
+ * Stale: there, but from another tandem or other inputs; it runs again. */
+static point_state point_status(const char *out, const char *id, const char *identity)
+{
+    char path[4200], want[64];
+    snprintf(path, sizeof path, "%s/points/%s", out, id);
+    if (access(path, F_OK)) return POINT_MISSING;
+    snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
+    char *cols = xmalloc(strlen(metric_cols) + 2);
+    sprintf(cols, "%s\n", metric_cols);
+    bool ok = starts_with(path, cols);
+    free(cols);
+    snprintf(path, sizeof path, "%s/points/%s/inputs.txt", out, id);
+    snprintf(want, sizeof want, "identity %s\n", identity);
+    return ok && starts_with(path, want) ? POINT_DONE : POINT_STALE;
+}
+
+/* A done point lacks what --keep-requests / --keep-steps ask for (a failed point has none). */
+static bool point_lacks_files(const sweep_opts *so, const char *id)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/points/%s/error.txt", so->out, id);
+    if (!access(path, F_OK)) return false;
+    snprintf(path, sizeof path, "%s/points/%s/requests.csv", so->out, id);
+    if (so->keep_requests && access(path, F_OK)) return true;
+    snprintf(path, sizeof path, "%s/points/%s/steps.csv", so->out, id);
+    return so->keep_steps && access(path, F_OK);
 }
 
 static int write_text(const char *path, const char *text)
@@ -221,13 +349,19 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
     snprintf(who, sizeof who, "rank %d of %d, pid %d\n", rank, size, (int)getpid());
     char who_path[4500];
     snprintf(who_path, sizeof who_path, "%s/ran_by.txt", tmp);
-    int wrc = write_text(path, text) || write_text(who_path, who);
+    char inputs_path[4500];
+    snprintf(inputs_path, sizeof inputs_path, "%s/inputs.txt", tmp);
+    char *inputs = xmalloc(strlen(so->files[so->files_of[index]]) + strlen(tandem_version) + 200);
+    sprintf(inputs, "identity %s\ntandem %s build %s\n%s", so->identity[index], tandem_version, provenance_build_id(),
+            so->files[so->files_of[index]]);
+    int wrc = write_text(path, text) || write_text(who_path, who) || write_text(inputs_path, inputs);
+    free(inputs);
     free(text);
     if (wrc) return -1;
-    remove_tree(final_dir); /* a stale point (other columns) is replaced */
+    remove_tree(final_dir); /* a stale point is replaced */
     if (rename(tmp, final_dir)) {
         remove_tree(tmp); /* someone else completed it meanwhile: theirs stands */
-        if (!point_done(so->out, id)) return -1;
+        if (point_status(so->out, id, so->identity[index]) != POINT_DONE) return -1;
     }
     return 0;
 }
@@ -236,7 +370,7 @@ static int run_point(const sweep_spec *spec, const sweep_opts *so, int64_t index
 
 typedef struct progress {
     bool tty;
-    int64_t total, done, skipped, failed;
+    int64_t total, done, skipped, failed, stale; /* stale: of those to run, how many were there but stale */
     struct timespec start;
 } progress;
 
@@ -337,9 +471,9 @@ static void csv_field(FILE *f, const char *v)
 }
 
 /* The point's row (row.csv's second line), or NULL if it is missing or stale. */
-static char *read_row(const char *out, const char *id)
+static char *read_row(const char *out, const char *id, const char *identity)
 {
-    if (!point_done(out, id)) return NULL;
+    if (point_status(out, id, identity) != POINT_DONE) return NULL;
     char path[4300];
     snprintf(path, sizeof path, "%s/points/%s/row.csv", out, id);
     FILE *f = fopen(path, "rb");
@@ -445,7 +579,7 @@ int sweep_main(int argc, char **argv)
         terr_set(&e, "--jobs: %lld is out of range [0, 4096]", (long long)so.jobs);
         goto fail;
     }
-    if (sweep_spec_load(&spec, so.spec, &e) || check_points(&spec, &e)) goto fail;
+    if (sweep_spec_load(&spec, so.spec, &e) || check_points(&spec, &so, &e)) goto fail;
 
     int rank = 0, size = 1;
     bool mpi = started_by_mpirun();
@@ -492,8 +626,9 @@ int sweep_main(int argc, char **argv)
         char id[17];
         sweep_point_id(&spec, i, id);
         pr.total++;
-        if (point_done(so.out, id)) pr.skipped++;
-        else todo[ntodo++] = i;
+        point_state ps = point_status(so.out, id, so.identity[i]);
+        if (ps == POINT_DONE && !so.force && !point_lacks_files(&so, id)) pr.skipped++;
+        else todo[ntodo++] = i, pr.stale += ps == POINT_STALE;
     }
     int jobs = so.jobs ? (int)so.jobs : mpi ? 1 : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (jobs < 1) jobs = 1;
@@ -518,7 +653,7 @@ int sweep_main(int argc, char **argv)
     for (int64_t i = rank; i < spec.num_points; i += size) {
         char id[17];
         sweep_point_id(&spec, i, id);
-        rows[i] = read_row(so.out, id);
+        rows[i] = read_row(so.out, id, so.identity[i]);
     }
 #ifdef TANDEM_HAVE_MPI
     if (mpi && size > 1) {
@@ -555,10 +690,10 @@ int sweep_main(int argc, char **argv)
         free(all);
         free(lens);
         free(displs);
-        /* every rank's failures count */
-        int64_t f = pr.failed, tf = 0;
-        MPI_Reduce(&f, &tf, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-        pr.failed = tf;
+        /* every rank's points count in the final line */
+        int64_t mine4[4] = {pr.done, pr.skipped, pr.failed, pr.stale}, all4[4] = {0};
+        MPI_Reduce(mine4, all4, 4, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+        pr.done = all4[0], pr.skipped = all4[1], pr.failed = all4[2], pr.stale = all4[3];
     }
 #endif
     code = 0;
@@ -572,8 +707,10 @@ int sweep_main(int argc, char **argv)
             fprintf(stderr, "tandem sweep: %s\n", e.msg);
             code = 1;
         } else if (!so.quiet) {
-            printf("sweep: %lld points (%lld run now, %lld already done, %lld errors, %lld missing) -> %s/results.csv\n",
-                   (long long)spec.num_points, (long long)pr.done, (long long)pr.skipped, (long long)errors,
+            char stale[48] = "";
+            if (pr.stale) snprintf(stale, sizeof stale, " (%lld stale)", (long long)pr.stale);
+            printf("sweep: %lld points (%lld run now%s, %lld already done, %lld errors, %lld missing) -> %s/results.csv\n",
+                   (long long)spec.num_points, (long long)pr.done, stale, (long long)pr.skipped, (long long)errors,
                    (long long)missing, so.out);
         }
         if (missing) {
@@ -596,6 +733,10 @@ fail_mpi:
 fail:
     fprintf(stderr, "tandem sweep: %s\n", e.msg);
 done:
+    for (int32_t i = 0; i < so.num_files; i++) free(so.files[i]);
+    free(so.files);
+    free(so.files_of);
+    free(so.identity);
     sweep_spec_free(&spec);
     free(so.spec);
     opts_free(sweep_option_specs, &so);

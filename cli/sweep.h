@@ -20,13 +20,16 @@
  * Layout of DIR:
  *   points/ID/        one directory per point, ID a hash of its option values, renamed into
  *                     place when the point is complete (so a point is there whole or not at all):
- *                     summary.json, row.csv (the metric columns, then its results.csv row: a
- *                     point written with other columns is stale and runs again), and
- *                     requests.csv / steps.csv
- *                     with --keep-requests / --keep-steps
+ *                     summary.json, row.csv (the metric columns, then its results.csv row),
+ *                     inputs.txt (the point's identity: a hash of its option values, the
+ *                     binary's build id and the content hash of every file it reads, each file
+ *                     listed with its hash), ran_by.txt, and requests.csv / steps.csv with
+ *                     --keep-requests / --keep-steps
  *   results.csv       every point's parameters and summary metrics, in spec order, rewritten
  *                     (atomically) at the end of every run
- * Rerunning the same command after an interruption runs only the points that are missing.
+ * Rerunning the same command runs only the points that are missing or stale: written with other
+ * columns, or with another identity (a trace regenerated at the same path, another build of
+ * tandem). --force reruns all; --keep-requests / --keep-steps rerun the points that lack them.
  */
 #ifndef TANDEM_SWEEP_H
 #define TANDEM_SWEEP_H

@@ -50,8 +50,8 @@
 
 typedef struct stats_options {
     char *model, *gpu, *json, *rate_csv;
-    int64_t block_size, max_model_len, max_requests, tensor_parallel_size;
-    double gpu_memory_utilization, time_scale, bin_seconds;
+    int64_t block_size, max_model_len, max_requests, tensor_parallel_size, seed;
+    double gpu_memory_utilization, time_scale, bin_seconds, request_rate, burstiness;
     bool skip_bad_rows;
     const char *file; /* the positional FILE; points into argv, not in the table */
 } stats_options;
@@ -66,6 +66,9 @@ static const opt_spec stats_option_specs[] = {
     {"max-model-len", OPT_I64, O(max_model_len), "0", "prompt + output at most (0: the model's max_position_embeddings)"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
     {"max-requests", OPT_I64, O(max_requests), "0", "read only the first N requests (0: all)"},
+    {"request-rate", OPT_F64, O(request_rate), "0", "re-time the trace as sim --request-rate does (Poisson; 0: its own times)"},
+    {"burstiness", OPT_F64, O(burstiness), "1.0", "with --request-rate: Gamma shape of the inter-arrivals (1: Poisson)"},
+    {"seed", OPT_I64, O(seed), "0", "seed of the re-timing"},
     {"skip-bad-rows", OPT_BOOL, O(skip_bad_rows), "false", "skip and count bad trace rows instead of failing"},
     {"bin-seconds", OPT_F64, O(bin_seconds), "60", "bin width of the rate-over-time series and the index of dispersion"},
     {"json", OPT_STR, O(json), "", "also write every number as JSON to this file"},
@@ -707,8 +710,19 @@ int trace_stats_main(int argc, char **argv)
         goto done;
     }
 
-    trace_options to = {.time_scale = o.time_scale, .max_requests = o.max_requests, .skip_bad_rows = o.skip_bad_rows};
+    trace_options to = {.time_scale = o.time_scale, .max_requests = o.max_requests, .skip_bad_rows = o.skip_bad_rows,
+                        .request_rate = o.request_rate, .burstiness = o.burstiness, .seed = (uint64_t)o.seed};
     trace_reader *tr;
+    if (!(o.request_rate >= 0) || !(o.burstiness > 0 && isfinite(o.burstiness))) {
+        fprintf(stderr, "tandem trace stats: --%s: %g must be %s\n", o.request_rate >= 0 ? "burstiness" : "request-rate",
+                o.request_rate >= 0 ? o.burstiness : o.request_rate, o.request_rate >= 0 ? "> 0" : ">= 0");
+        goto done;
+    }
+    if (o.burstiness != 1.0 && !(o.request_rate > 0 && isfinite(o.request_rate))) {
+        fprintf(stderr, "tandem trace stats: --burstiness %g shapes the gaps of --request-rate R: give a finite --request-rate\n",
+                o.burstiness);
+        goto done;
+    }
     if (trace_open(&tr, o.file, &to, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         goto done;

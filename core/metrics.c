@@ -583,6 +583,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
             json_object_set_new(o, "replicas", arr);
         }
         if (config) json_object_set_new(o, "config", config);
+        if (m->opt.summary_extra) json_object_update(o, m->opt.summary_extra);
         config = NULL;
         /* write to a temporary name and rename, so a reader never sees half a summary */
         char tmp[4200];
@@ -595,6 +596,8 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     json_decref(config);
     return rc;
 }
+
+int64_t metrics_requests_ended(const metrics *m) { return m->s.num_requests; }
 
 void metrics_free(metrics *m)
 {

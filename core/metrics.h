@@ -41,6 +41,7 @@ typedef struct metrics_options {
     double peak_bytes_s;    /* its datasheet memory bandwidth, for MBU (0: not reported) */
     int32_t num_replicas;   /* > 1: requests.csv and steps.csv gain a replica column and
                                summary.json a per-replica table (0 or 1: one replica) */
+    json_t *summary_extra;  /* keys copied to summary.json's top level (who ran it, warnings); may be NULL */
 } metrics_options;
 
 typedef struct step_stats {
@@ -126,6 +127,8 @@ void metrics_add_bad_rows(metrics *m, int64_t n);
  * reference is stolen), flushes and closes the CSVs. */
 int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e);
 void metrics_free(metrics *m);
+/* Requests ended so far (finished or rejected): what a progress line counts. */
+int64_t metrics_requests_ended(const metrics *m);
 
 /* The short human-readable table `tandem sim` prints; `what` ends the title ("simulated"). */
 void metrics_print_summary(const metrics_summary *s, const char *what, FILE *f);

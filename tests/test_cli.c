@@ -304,6 +304,19 @@ static void drop_out_line(char *s, size_t *len)
     *len -= (size_t)(q - p);
 }
 
+/* Drops summary.json's "tandem" block: when, where and by which command it ran. */
+static void drop_tandem_block(char *s, size_t *len)
+{
+    char *p = strstr(s, "\n  \"tandem\": {");
+    if (!p) return;
+    char *q = strstr(p, "\n  }");
+    if (!q) return;
+    q += 4;
+    if (*q == ',') q++;
+    memmove(p, q, (size_t)(s + *len - q) + 1);
+    *len -= (size_t)(q - p);
+}
+
 static int same_file(const char *a, const char *b)
 {
     size_t la, lb;
@@ -311,6 +324,8 @@ static int same_file(const char *a, const char *b)
     if (x && y) {
         drop_out_line(x, &la);
         drop_out_line(y, &lb);
+        drop_tandem_block(x, &la);
+        drop_tandem_block(y, &lb);
     }
     int same = x && y && la == lb && memcmp(x, y, la) == 0;
     free(x);
@@ -318,7 +333,8 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
-/* Same inputs and seed: byte-identical outputs. A different seed changes the predictor's draws. */
+/* Same inputs and seed: byte-identical outputs (but summary.json's record of when and where it
+ * ran). A different seed changes the predictor's draws. */
 START_TEST(same_seed_gives_byte_identical_outputs)
 {
     char *dir = make_temp_dir("det");
@@ -430,12 +446,64 @@ START_TEST(priority_classes_assigned_on_replay)
 }
 END_TEST
 
+/* sim names what it runs, warns once about an option that cannot change the result, and
+ * records both, with what built and ran it, in summary.json. */
+START_TEST(sim_header_warnings_and_provenance)
+{
+    char *dir = make_temp_dir("simhdr");
+    char out[4200];
+    snprintf(out, sizeof out, "%s/o", dir);
+    cli_result r = run_cli("sim", "--trace", CODE, "--max-requests", "200", "--scheduling-policy", "fair",
+                           "--chunk-size", "256", "--goodput", "ttft:500", "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "llama-2-7b on h200, policy fair, trace " CODE ", first 200 requests"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "Request goodput (req/s):"), "no goodput line:\n%s", r.out);
+    ck_assert_msg(strstr(r.err, "warning: --scheduling-policy fair: the trace has no client column"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "warning: --chunk-size is a knob of another policy"), "%s", r.err);
+    cli_result_free(&r);
+    json_t *js = load_json(out, "summary.json");
+    json_t *t = json_object_get(js, "tandem");
+    ck_assert_msg(t && json_string_value(json_object_get(t, "version")) && json_string_value(json_object_get(t, "build_id")) &&
+                      json_string_value(json_object_get(t, "host")),
+                  "summary.json has no tandem block");
+    const char *date = json_string_value(json_object_get(t, "date"));
+    ck_assert_msg(date && strlen(date) == 15 && date[8] == '-', "date \"%s\" is not %%Y%%m%%d-%%H%%M%%S", date ? date : "");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(t, "command"), 1)), "sim");
+    ck_assert_int_eq(json_array_size(json_object_get(js, "warnings")), 2);
+    json_decref(js);
+    /* fair over named clients and a lengths file re-timed: no warning; the file needs the rate */
+    char *trace = write_temp_file(dir, "named.csv", "arrival_s,prompt_tokens,output_tokens,client\n0,100,10,alice\n0.1,100,10,bob\n");
+    r = run_cli("sim", "--trace", trace, "--scheduling-policy", "fair", "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0 && !strstr(r.err, "warning"), "%s", r.err);
+    cli_result_free(&r);
+    js = load_json(out, "summary.json");
+    json_t *names = json_object_get(json_object_get(json_object_get(js, "config"), "resolved"), "client_names");
+    ck_assert_msg(json_array_size(names) == 2 && !strcmp(json_string_value(json_array_get(names, 1)), "bob"),
+                  "summary.json does not name the clients by id");
+    json_decref(js);
+    r = run_cli("sim", "--trace", "traces/samples/sharegpt_lengths_5k.csv", "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--request-rate"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli("sim", "--trace", "traces/samples/sharegpt_lengths_5k.csv", "--request-rate", "2", "--max-requests", "300",
+                "--seed", "1", NULL);
+    ck_assert_msg(r.exit_code == 0 && !strstr(r.err, "warning") && strstr(r.out, "re-timed at 2 req/s (Poisson)"), "%s%s",
+                  r.out, r.err);
+    cli_result_free(&r);
+    r = run_cli("sim", "--trace", CODE, "--burstiness", "0.5", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--burstiness 0.5"), "%s", r.err);
+    cli_result_free(&r);
+    free(trace);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("cli");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, help_lists_every_option_with_default);
+    tcase_add_test(tc, sim_header_warnings_and_provenance);
     tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
     tcase_add_test(tc, every_command_refuses_abbreviated_flags);
     tcase_add_test(tc, version_names_the_build);

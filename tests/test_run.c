@@ -292,6 +292,37 @@ START_TEST(invariants_hold_on_the_cpu_engine)
 }
 END_TEST
 
+/* On a terminal (a pty made by script(1)) a run shows its header, a progress line that reaches
+ * every request, and the goodput; piped, no progress line. */
+START_TEST(run_shows_header_progress_and_goodput)
+{
+    if (system("command -v script >/dev/null 2>&1") != 0) {
+        printf("run_shows_header_progress_and_goodput: SKIPPED (no script(1))\n");
+        return;
+    }
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    char cmd[16384], log[4300];
+    snprintf(log, sizeof log, "%s/tty.log", dir);
+    snprintf(cmd, sizeof cmd,
+             "script -qec \"%s run --trace %s --model synthetic:tiny-llama2 --backend cpu --max-num-seqs 4 "
+             "--max-model-len 128 --block-size 4 --goodput ttft:100000\" /dev/null > %s 2>&1", bin, trace, log);
+    ck_assert_int_eq(system(cmd), 0);
+    char *out = slurp(log, NULL);
+    ck_assert_msg(strstr(out, "synthetic:tiny-llama2 on the CPU, policy vllm, trace ") && strstr(out, "cpu engine"),
+                  "no header:\n%s", out);
+    ck_assert_msg(strstr(out, "run: 12/12 requests done") && strstr(out, "req/s") && strstr(out, "left"),
+                  "no progress line:\n%s", out);
+    ck_assert_msg(strstr(out, "Request goodput (req/s):") && strstr(out, "100.0% of 12 requests meet TTFT <= 100000 ms"),
+                  "no goodput line:\n%s", out);
+    free(out);
+    cli_result r = run_cli("run", "--trace", trace, "--model", "synthetic:tiny-llama2", "--backend", "cpu",
+                           "--max-num-seqs", "4", "--max-model-len", "128", "--block-size", "4", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    ck_assert_msg(!strstr(r.err, "requests done"), "progress line when not a terminal:\n%s", r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("run");
@@ -302,6 +333,7 @@ int main(void)
     tcase_add_test(tc, preemption_chunking_and_padding_keep_greedy_tokens);
     tcase_add_test(tc, engine_refuses_what_it_cannot_run);
     tcase_add_test(tc, invariants_hold_on_the_cpu_engine);
+    tcase_add_test(tc, run_shows_header_progress_and_goodput);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }

@@ -389,7 +389,8 @@ START_TEST(mpi_two_ranks_split_points)
     snprintf(logp, sizeof logp, "%s/mpi.log", dir);
     char *log = slurp(logp, NULL);
     ck_assert_msg(rc == 0, "mpirun failed (%d):\n%s", rc, log);
-    ck_assert_msg(strstr(log, "6 points"), "%s", log);
+    ck_assert_msg(strstr(log, "6 points (6 run now, 0 already done, 0 errors, 0 missing)"),
+                  "the final line does not count every rank's points:\n%s", log);
     free(log);
     snprintf(cmd, sizeof cmd, "cat %s/points/*/ran_by.txt | cut -d, -f1 | sort | uniq -c > %s/ranks.txt", out, dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -437,6 +438,129 @@ START_TEST(progress_line_only_on_a_terminal)
 }
 END_TEST
 
+/* Regenerating the trace at the same path (the researcher's main loop) makes the points stale:
+ * a rerun runs them again and says so, and results.csv has the new trace's numbers. */
+START_TEST(regenerated_trace_makes_points_stale)
+{
+    char *dir = make_temp_dir("sweepstale");
+    char trace[4200], out[4200], spec_text[8400];
+    snprintf(trace, sizeof trace, "%s/t.csv", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("trace", "gen", "--num-requests", "200", "--rate", "5", "--seed", "1", "--out", trace, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    snprintf(spec_text, sizeof spec_text, "trace = %s\nmax-num-seqs = 4, 64\n", trace);
+    char *spec = spec_file(dir, spec_text);
+    r = run_cli("sweep", spec, "--out", out, "-j", "2", NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "2 points (2 run now, 0 already done"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    char *before = read_results(out);
+    r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_msg(strstr(r.out, "2 points (0 run now, 2 already done"), "an unchanged rerun ran points: %s", r.out);
+    cli_result_free(&r);
+    r = run_cli("trace", "gen", "--num-requests", "200", "--rate", "5", "--seed", "2", "--out", trace, NULL);
+    cli_result_free(&r);
+    r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "2 points (2 run now (2 stale), 0 already done"),
+                  "after the trace changed: %s%s", r.out, r.err);
+    cli_result_free(&r);
+    char *after = read_results(out);
+    ck_assert_msg(strcmp(before, after) != 0, "results.csv kept the old trace's numbers");
+    /* each point names its inputs and their hashes */
+    char cmd[8800], path[4300];
+    snprintf(cmd, sizeof cmd, "cat %s/points/*/inputs.txt > %s/inputs.all", out, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/inputs.all", dir);
+    char *inputs = slurp(path, NULL);
+    char want[4400];
+    snprintf(want, sizeof want, "trace %s xxh3:", trace);
+    ck_assert_msg(strstr(inputs, "identity ") && strstr(inputs, " build ") && strstr(inputs, want), "inputs.txt:\n%s", inputs);
+    free(inputs);
+    free(before);
+    free(after);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+/* --keep-requests on a rerun gives every point done its requests.csv; --force reruns all. */
+START_TEST(keep_requests_and_force_on_a_rerun)
+{
+    char *dir = make_temp_dir("sweepkeep");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 200\nmax-num-seqs = 4, 64\n");
+    char out[4200], path[4400];
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    cli_result_free(&r);
+    snprintf(path, sizeof path, "%s/points/*/requests.csv", out);
+    char cmd[8800];
+    snprintf(cmd, sizeof cmd, "test $(ls %s 2>/dev/null | wc -l) = 0", path);
+    ck_assert_msg(system(cmd) == 0, "requests.csv kept without --keep-requests");
+    r = run_cli("sweep", spec, "--out", out, "--keep-requests", NULL);
+    ck_assert_msg(strstr(r.out, "2 points (2 run now, 0 already done"), "%s", r.out);
+    cli_result_free(&r);
+    snprintf(cmd, sizeof cmd, "test $(ls %s | wc -l) = 2", path);
+    ck_assert_msg(system(cmd) == 0, "--keep-requests on a rerun did not add requests.csv to the points done");
+    r = run_cli("sweep", spec, "--out", out, "--keep-requests", NULL);
+    ck_assert_msg(strstr(r.out, "2 points (0 run now, 2 already done"), "%s", r.out);
+    cli_result_free(&r);
+    r = run_cli("sweep", spec, "--out", out, "--force", NULL);
+    ck_assert_msg(strstr(r.out, "2 points (2 run now, 0 already done"), "--force: %s", r.out);
+    cli_result_free(&r);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+/* Options that cannot change a result are named once, however many points carry them. */
+START_TEST(useless_options_warned_once)
+{
+    char *dir = make_temp_dir("sweepwarn");
+    char *spec = spec_file(dir, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 100\n"
+                                "scheduling-policy = priority\nseed = 0..3\n");
+    char out[4200];
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    const char *a = strstr(r.err, "warning: --scheduling-policy priority: the trace has no priority column");
+    const char *b = strstr(r.err, "warning: --seed changes nothing here");
+    ck_assert_msg(a && b && !strstr(a + 1, "warning: --scheduling-policy priority") && !strstr(b + 1, "warning: --seed"), "%s", r.err);
+    cli_result_free(&r);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
+/* A model config given as a file is an input like the trace: editing it makes the points stale. */
+START_TEST(edited_model_config_makes_points_stale)
+{
+    char *dir = make_temp_dir("sweepmodel");
+    size_t n;
+    char *cfg = slurp("configs/models/llama-2-7b.json", &n);
+    ck_assert_msg(cfg, "no configs/models/llama-2-7b.json");
+    char *model = write_temp_file(dir, "config.json", cfg);
+    char text[8400], out[4200];
+    snprintf(text, sizeof text, "trace = traces/samples/azure_code_2023.csv\nmax-requests = 100\nmodel = %s\n", model);
+    char *spec = spec_file(dir, text);
+    snprintf(out, sizeof out, "%s/out", dir);
+    cli_result r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "1 points (1 run now, 0 already done"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    char *edited = xmalloc(n + 2);
+    snprintf(edited, n + 2, "%s\n", cfg); /* the same model, one more newline: a different file */
+    free(write_temp_file(dir, "config.json", edited));
+    r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "1 points (1 run now (1 stale), 0 already done"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    free(edited);
+    free(cfg);
+    free(model);
+    free(spec);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -452,6 +576,10 @@ int main(void)
     tcase_add_test(tc, a_second_sweep_into_the_same_dir_is_refused);
     tcase_add_test(tc, mpi_two_ranks_split_points);
     tcase_add_test(tc, progress_line_only_on_a_terminal);
+    tcase_add_test(tc, regenerated_trace_makes_points_stale);
+    tcase_add_test(tc, keep_requests_and_force_on_a_rerun);
+    tcase_add_test(tc, useless_options_warned_once);
+    tcase_add_test(tc, edited_model_config_makes_points_stale);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }

@@ -461,6 +461,26 @@ START_TEST(help_lists_options_with_defaults)
 }
 END_TEST
 
+/* A lengths file has no times: stats needs the re-timing sim would use, and then reports it. */
+START_TEST(lengths_file_needs_and_reports_a_request_rate)
+{
+    cli_result r = run_cli("trace", "stats", "traces/samples/arxiv_lengths_5k.csv", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "arxiv_lengths_5k.csv:1: a lengths-only trace") &&
+                      strstr(r.err, "--request-rate"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli("trace", "stats", "traces/samples/arxiv_lengths_5k.csv", "--request-rate", "5", "--seed", "2", NULL);
+    ck_assert_msg(r.exit_code == 0 && strstr(r.out, "(lengths format)") && strstr(r.out, "requests               5000"),
+                  "%s%s", r.out, r.err);
+    const char *rate = strstr(r.out, "mean rate");
+    ck_assert_msg(rate && fabs(strtod(rate + 9, NULL) - 5) < 0.3, "re-timed at 5 req/s:\n%s", r.out);
+    cli_result_free(&r);
+    r = run_cli("trace", "stats", "traces/samples/arxiv_lengths_5k.csv", "--request-rate", "-1", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--request-rate: -1"), "%s", r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
+
 int main(void)
 {
     Suite *s = suite_create("trace_stats");
@@ -478,6 +498,7 @@ int main(void)
     tcase_add_test(tc, bad_trace_exits_2_with_file_line);
     tcase_add_test(tc, bad_flags_exit_2_naming_the_flag);
     tcase_add_test(tc, help_lists_options_with_defaults);
+    tcase_add_test(tc, lengths_file_needs_and_reports_a_request_rate);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }

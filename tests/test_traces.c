@@ -490,6 +490,77 @@ START_TEST(test_streaming_200k_rows_in_constant_memory)
 }
 END_TEST
 
+/* The client column takes names, mapped to 0, 1, ... in order of first appearance; a name
+ * after integer ids is an error naming the line (its id could collide). */
+START_TEST(test_client_names_map_to_ids_in_order_of_appearance)
+{
+    char *dir = make_temp_dir("traces");
+    char *p = write_temp_file(dir, "names.csv",
+                              "arrival_s,prompt_tokens,output_tokens,client\n"
+                              "0,10,5,tenant-b\n0.1,10,5,tenant-a\n0.2,10,5,tenant-b\n0.3,10,5,\"7\"\n0.4,10,5,tenant-a\n");
+    trace_rows r = read_all(p);
+    ck_assert_msg(r.rc == 0, "error: %s", r.err.msg);
+    int want[] = {0, 1, 0, 2, 1};
+    for (int i = 0; i < 5; i++) ck_assert_msg(r.a[i].client_id == want[i], "row %d: client %d, want %d", i, r.a[i].client_id, want[i]);
+    rows_free(&r);
+    free(p);
+    p = write_temp_file(dir, "mixed.csv", "arrival_s,prompt_tokens,output_tokens,client\n0,10,5,3\n1,10,5,tenant-a\n");
+    r = read_all(p);
+    ck_assert_int_eq(r.rc, -1);
+    ck_assert_msg(strstr(r.err.msg, "mixed.csv:3: client \"tenant-a\" is a name, but earlier rows gave integer ids"), "%s",
+                  r.err.msg);
+    rows_free(&r);
+    free(p);
+    rm_tree(dir);
+}
+END_TEST
+
+/* --request-rate re-times any trace: Gamma gaps of mean 1/R (shape B), the first at 0, the same
+ * for the same seed; a lengths-only file replays only so, and says how without it. */
+START_TEST(test_request_rate_retimes_and_lengths_files_need_it)
+{
+    trace_options o = trace_options_default();
+    trace_rows r = read_all_opt("traces/samples/sharegpt_lengths_5k.csv", &o);
+    ck_assert_int_eq(r.rc, -1);
+    ck_assert_msg(strstr(r.err.msg, "sharegpt_lengths_5k.csv:1: a lengths-only trace") && strstr(r.err.msg, "--request-rate"),
+                  "%s", r.err.msg);
+    rows_free(&r);
+    for (int k = 0; k < 2; k++) {
+        o.request_rate = 4;
+        o.burstiness = k ? 0.25 : 1;
+        o.seed = 3;
+        r = read_all_opt("traces/samples/sharegpt_lengths_5k.csv", &o);
+        ck_assert_msg(r.rc == 0, "error: %s", r.err.msg);
+        ck_assert_str_eq(r.format, "lengths");
+        ck_assert_int_eq(r.n, 5000);
+        ck_assert_int_eq(r.a[0].arrival_ns, 0);
+        ck_assert_int_eq(r.a[0].prompt_tokens, 74);
+        ck_assert_int_eq(r.a[0].output_tokens, 918);
+        /* mean gap 1/R; coefficient of variation 1/sqrt(B) */
+        double sum = 0, sq = 0;
+        for (int64_t i = 1; i < r.n; i++) {
+            double g = (double)(r.a[i].arrival_ns - r.a[i - 1].arrival_ns) / 1e9;
+            sum += g, sq += g * g;
+        }
+        double mean = sum / (double)(r.n - 1), cv = sqrt(sq / (double)(r.n - 1) - mean * mean) / mean;
+        ck_assert_msg(fabs(mean - 0.25) < 0.02, "burstiness %g: mean gap %g s, want 0.25", o.burstiness, mean);
+        ck_assert_msg(fabs(cv - 1 / sqrt(o.burstiness)) < 0.15 / sqrt(o.burstiness), "burstiness %g: CV %g, want %g",
+                      o.burstiness, cv, 1 / sqrt(o.burstiness));
+        trace_rows again = read_all_opt("traces/samples/sharegpt_lengths_5k.csv", &o);
+        ck_assert_msg(again.a[4999].arrival_ns == r.a[4999].arrival_ns, "same seed, other times");
+        rows_free(&again);
+        rows_free(&r);
+    }
+    /* a timed trace is re-timed too; infinity puts every request at 0 */
+    o.request_rate = INFINITY;
+    r = read_all_opt("traces/samples/azure_code_2023.csv", &o);
+    ck_assert_msg(r.rc == 0, "error: %s", r.err.msg);
+    ck_assert_int_eq(r.a[r.n - 1].arrival_ns, 0);
+    rows_free(&r);
+}
+END_TEST
+
+
 static Suite *traces_suite(void)
 {
     Suite *s = suite_create("traces");
@@ -506,6 +577,8 @@ static Suite *traces_suite(void)
     tcase_add_test(rd, test_bad_files_are_errors_even_when_skipping);
     tcase_add_test(rd, test_skip_bad_rows_skips_and_counts);
     tcase_add_test(rd, test_time_scale_and_max_requests);
+    tcase_add_test(rd, test_client_names_map_to_ids_in_order_of_appearance);
+    tcase_add_test(rd, test_request_rate_retimes_and_lengths_files_need_it);
     tcase_add_test(rd, test_streaming_200k_rows_in_constant_memory);
     suite_add_tcase(s, rd);
     return s;

@@ -16,12 +16,15 @@
 #include "traces/trace.h"
 
 #include <assert.h>
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/request.h"
 #include "traces/lines.h"
@@ -32,6 +35,8 @@
 #define TRACE_MAX_ARRIVAL_S 1e9
 /* More header columns than this is not a trace we know. */
 #define TRACE_MAX_COLUMNS 64
+/* Distinct client names one trace may use (each is kept, to give it the same id every time). */
+#define TRACE_MAX_CLIENT_NAMES (1 << 20)
 
 /* The roles a CSV column can play. */
 enum { COL_TIME, COL_PROMPT, COL_OUTPUT, COL_PRIORITY, COL_CLIENT, COL_COUNT };
@@ -63,6 +68,10 @@ static const csv_layout layouts[] = {
      {false, false, false, true, true}, true, false, seconds_time, "a number of seconds in [0, 1e9]"},
     {"tandem", {"arrival_s", "prompt_tokens", "output_tokens", "priority", "client"},
      {false, false, false, true, true}, false, false, seconds_time, "a number of seconds in [0, 1e9]"},
+    /* Vidur's length files (ShareGPT, arXiv): no time column, so found by the prompt column
+     * after vidur; they replay only when re-timed (request_rate). */
+    {"lengths", {NULL, "num_prefill_tokens", "num_decode_tokens", NULL, NULL},
+     {true, false, false, true, true}, true, false, NULL, NULL},
 };
 
 struct trace_reader {
@@ -86,6 +95,17 @@ struct trace_reader {
     int64_t origin_ns;                     /* raw time of the first accepted row */
     int64_t last_ns;                       /* raw time of the last accepted row */
     int64_t last_line;
+
+    /* client names ("tenant-a"): ids 0, 1, ... in order of first appearance */
+    bool client_names;                     /* decided by the first row: names, or integers */
+    char **client_name;                    /* (client_cap) open addressing by xxh3; NULL: empty */
+    int32_t *client_id_of;                 /* (client_cap) */
+    size_t client_cap, num_clients;
+    const char **client_by_id;             /* (num_clients) the names, by id (owned by client_name) */
+
+    /* re-timing (opt.request_rate > 0) */
+    gsl_rng *rng;                          /* NULL when the rate is infinite or times are kept */
+    int64_t retime_ns;                     /* the next request's arrival */
 
     int64_t rows, bad;
     bool done;
@@ -235,11 +255,68 @@ static int parse_small(trace_reader *t, const trace_field *f, const char *col, i
     return 0;
 }
 
+/* The client column: integers, or names mapped to 0, 1, ... in order of first appearance. The
+ * first row decides which; an integer among names is a name ("3"), a name among integers an
+ * error (its id could collide with a stated one). */
+static int parse_client(trace_reader *t, const trace_field *f, const char *col, int32_t *out, terr *e)
+{
+    int64_t v;
+    char buf[TRACE_FIELD_BYTES + 4];
+    if (f->len == 0) return row_error(t, e, "%s is empty", col);
+    if (!field_is_text(f)) return row_error(t, e, "%s \"%s\" is not a name or an integer", col, SHOWN(f, buf));
+    bool is_int = parse_i64(f->text, &v) == 0;
+    if (t->rows == 0 && t->bad == 0 && t->num_clients == 0) t->client_names = !is_int;
+    if (!t->client_names) {
+        if (!is_int)
+            return row_error(t, e, "%s \"%s\" is a name, but earlier rows gave integer ids (use names or integers, not both)",
+                             col, SHOWN(f, buf));
+        return parse_small(t, f, col, out, e);
+    }
+    if (t->num_clients * 2 >= t->client_cap) { /* grow: rehash into twice the slots */
+        size_t cap = t->client_cap ? t->client_cap * 2 : 64;
+        char **names = xcalloc(cap, sizeof *names);
+        int32_t *ids = xcalloc(cap, sizeof *ids);
+        for (size_t i = 0; i < t->client_cap; i++) {
+            if (!t->client_name[i]) continue;
+            size_t h = (size_t)XXH3_64bits(t->client_name[i], strlen(t->client_name[i])) & (cap - 1);
+            while (names[h]) h = (h + 1) & (cap - 1);
+            names[h] = t->client_name[i], ids[h] = t->client_id_of[i];
+        }
+        free(t->client_name);
+        free(t->client_id_of);
+        t->client_name = names, t->client_id_of = ids, t->client_cap = cap;
+    }
+    size_t h = (size_t)XXH3_64bits(f->text, f->len) & (t->client_cap - 1);
+    while (t->client_name[h] && strcmp(t->client_name[h], f->text)) h = (h + 1) & (t->client_cap - 1);
+    if (!t->client_name[h]) {
+        if (t->num_clients >= TRACE_MAX_CLIENT_NAMES)
+            return row_error(t, e, "more than %d distinct %s names", TRACE_MAX_CLIENT_NAMES, col);
+        t->client_name[h] = xstrdup(f->text);
+        t->client_by_id = xrealloc(t->client_by_id, (t->num_clients + 1) * sizeof *t->client_by_id);
+        t->client_by_id[t->num_clients] = t->client_name[h];
+        t->client_id_of[h] = (int32_t)t->num_clients++;
+    }
+    *out = t->client_id_of[h];
+    return 0;
+}
+
 /* ---- rows ----------------------------------------------------------------------------------- */
 
 /* Sets arrival_ns from a row's raw time, enforcing order; 0 or -1 (a row error). */
 static int place_in_time(trace_reader *t, int64_t raw_ns, arrival *out, terr *e)
 {
+    if (t->opt.request_rate > 0) { /* re-timed: the rows' own times (if any) are not used */
+        out->arrival_ns = t->retime_ns;
+        if (t->rng) {
+            double b = t->opt.burstiness > 0 ? t->opt.burstiness : 1.0;
+            double gap_s = gsl_ran_gamma(t->rng, b, 1.0 / (t->opt.request_rate * b));
+            if ((double)t->retime_ns + gap_s * 1e9 > TRACE_MAX_ARRIVAL_S * 1e9)
+                return row_error(t, e, "re-timed arrival is more than %.0f s after the first", TRACE_MAX_ARRIVAL_S);
+            t->retime_ns += llround(gap_s * 1e9);
+        }
+        t->last_line = t->lines.line;
+        return 0;
+    }
     if (t->have_origin && raw_ns < t->last_ns)
         return row_error(t, e,
                          "arrival time goes backwards: %.6f s after the first row, but line %lld "
@@ -276,11 +353,11 @@ static int parse_csv_row(trace_reader *t, const char *line, size_t len, arrival 
     if (n != t->num_columns)
         return row_error(t, e, "expected %d fields as in the header, found %d", t->num_columns, n);
 
-    int64_t raw_ns;
+    int64_t raw_ns = 0;
     char buf[TRACE_FIELD_BYTES + 4];
     const trace_field *tf = &t->field[COL_TIME];
-    if (tf->len == 0) return row_error(t, e, "%s is empty", L->col_name[COL_TIME]);
-    if (L->parse_time(tf, &raw_ns))
+    if (L->parse_time && tf->len == 0) return row_error(t, e, "%s is empty", L->col_name[COL_TIME]);
+    if (L->parse_time && L->parse_time(tf, &raw_ns))
         return row_error(t, e, "%s \"%s\" is not %s", L->col_name[COL_TIME], SHOWN(tf, buf),
                          L->time_what);
     if (parse_tokens(t, &t->field[COL_PROMPT], L->col_name[COL_PROMPT], &out->prompt_tokens, e) ||
@@ -290,8 +367,7 @@ static int parse_csv_row(trace_reader *t, const char *line, size_t len, arrival 
     if (t->has_role[COL_PRIORITY] &&
         parse_small(t, &t->field[COL_PRIORITY], L->col_name[COL_PRIORITY], &out->priority, e))
         return -1;
-    if (t->has_role[COL_CLIENT] &&
-        parse_small(t, &t->field[COL_CLIENT], L->col_name[COL_CLIENT], &out->client_id, e))
+    if (t->has_role[COL_CLIENT] && parse_client(t, &t->field[COL_CLIENT], L->col_name[COL_CLIENT], &out->client_id, e))
         return -1;
     out->num_hashes = 0;
     out->hashes = NULL;
@@ -445,10 +521,13 @@ static void known_headers(char *buf, size_t size)
     for (size_t k = 0; k < ARRAY_LEN(layouts); k++) {
         const csv_layout *L = &layouts[k];
         if (n < size) n += (size_t)snprintf(buf + n, size - n, "%s \"", L->name);
+        bool first = true;
         for (int c = 0; c < COL_COUNT && n < size; c++)
-            if (L->col_name[c])
-                n += (size_t)snprintf(buf + n, size - n, L->col_optional[c] ? "[%s%s]" : "%s%s", c ? "," : "",
+            if (L->col_name[c]) {
+                n += (size_t)snprintf(buf + n, size - n, L->col_optional[c] ? "[%s%s]" : "%s%s", first ? "" : ",",
                                       L->col_name[c]);
+                first = false;
+            }
         if (n < size) n += (size_t)snprintf(buf + n, size - n, "\", ");
     }
     if (n < size) snprintf(buf + n, size - n, "or Mooncake JSONL lines starting with '{'");
@@ -487,9 +566,12 @@ static int open_csv(trace_reader *t, terr *e)
         return terr_set(e, "%s:1: %d columns in the header (at most %d)", path, ncols,
                         TRACE_MAX_COLUMNS);
 
-    for (size_t k = 0; k < ARRAY_LEN(layouts) && !t->layout; k++)
+    for (size_t k = 0; k < ARRAY_LEN(layouts) && !t->layout; k++) {
+        /* a layout is known by its time column, or by its prompt column when it has no times */
+        const char *key = layouts[k].col_name[COL_TIME] ? layouts[k].col_name[COL_TIME] : layouts[k].col_name[COL_PROMPT];
         for (int i = 0; i < ncols; i++)
-            if (!strcmp(names[i].text, layouts[k].col_name[COL_TIME])) t->layout = &layouts[k];
+            if (!strcmp(names[i].text, key)) t->layout = &layouts[k];
+    }
     if (!t->layout) {
         char known[512];
         known_headers(known, sizeof known);
@@ -518,9 +600,13 @@ static int open_csv(trace_reader *t, terr *e)
     }
     for (int role = 0; role < COL_COUNT; role++)
         if (L->col_name[role] && !L->col_optional[role] && !t->has_role[role])
-            return terr_set(e, "%s:1: missing column \"%s\" (a %s trace needs %s,%s,%s)", path,
-                            L->col_name[role], L->name, L->col_name[0],
-                            L->col_name[1], L->col_name[2]);
+            return terr_set(e, "%s:1: missing column \"%s\" (a %s trace needs %s%s%s,%s)", path,
+                            L->col_name[role], L->name, L->col_name[0] ? L->col_name[0] : "",
+                            L->col_name[0] ? "," : "", L->col_name[1], L->col_name[2]);
+    if (!L->parse_time && !(t->opt.request_rate > 0))
+        return terr_set(e, "%s:1: a lengths-only trace (%s,%s): it has no arrival times, so it replays only "
+                           "re-timed: give --request-rate R (Poisson; inf: all at once)", path,
+                        L->col_name[COL_PROMPT], L->col_name[COL_OUTPUT]);
     t->num_columns = ncols;
     t->csv.slot_of_col = t->slot_of_col;
     t->csv.num_mapped = ncols;
@@ -535,8 +621,16 @@ int trace_open(trace_reader **out, const char *path, const trace_options *opt, t
     trace_options o = opt ? *opt : trace_options_default();
     if (!(o.time_scale > 0 && o.time_scale <= TRACE_MAX_TIME_SCALE))
         return terr_set(e, "%s: time scale %g is not in (0, %g]", path, o.time_scale, TRACE_MAX_TIME_SCALE);
+    if (isnan(o.request_rate) || o.request_rate < 0)
+        return terr_set(e, "%s: request rate %g must be >= 0", path, o.request_rate);
+    if (isnan(o.burstiness) || o.burstiness < 0 || isinf(o.burstiness))
+        return terr_set(e, "%s: burstiness %g must be > 0", path, o.burstiness);
     trace_reader *t = xcalloc(1, sizeof *t);
     t->opt = o;
+    if (o.request_rate > 0 && isfinite(o.request_rate)) {
+        t->rng = gsl_rng_alloc(gsl_rng_mt19937);
+        gsl_rng_set(t->rng, (unsigned long)(o.seed ^ 0x7e71e5eedULL));
+    }
     if (trace_lines_open(&t->lines, path, e)) {
         free(t);
         return -1;
@@ -582,6 +676,13 @@ fail:
 arrival_source trace_source(trace_reader *t) { return (arrival_source){reader_next, t}; }
 int64_t trace_rows_read(const trace_reader *t) { return t->rows; }
 int64_t trace_bad_rows(const trace_reader *t) { return t->bad; }
+bool trace_has_priority(const trace_reader *t) { return t->layout && t->has_role[COL_PRIORITY]; }
+bool trace_has_client(const trace_reader *t) { return t->layout && t->has_role[COL_CLIENT]; }
+int64_t trace_num_client_names(const trace_reader *t) { return t->client_names ? (int64_t)t->num_clients : 0; }
+const char *trace_client_name(const trace_reader *t, int64_t id)
+{
+    return t->client_names && id >= 0 && (size_t)id < t->num_clients ? t->client_by_id[id] : NULL;
+}
 
 size_t trace_buffer_bytes(const trace_reader *t)
 {
@@ -595,5 +696,10 @@ void trace_close(trace_reader *t)
     trace_lines_close(&t->lines);
     if (t->layout) trace_csv_free(&t->csv);
     free(t->hashes);
+    for (size_t i = 0; i < t->client_cap; i++) free(t->client_name[i]);
+    free(t->client_name);
+    free(t->client_id_of);
+    free(t->client_by_id);
+    if (t->rng) gsl_rng_free(t->rng);
     free(t);
 }

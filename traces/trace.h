@@ -19,7 +19,11 @@
  *             loop as arrival.hashes. Other keys are ignored.
  *   tandem    arrival_s,prompt_tokens,output_tokens[,priority][,client] (what `trace gen`
  *             writes). Strict: an unknown column is an error naming it, so a misspelt column
- *             is never silently dropped. priority and client are integers in [0, 2^31).
+ *             is never silently dropped. priority is an integer in [0, 2^31); client is such
+ *             an integer, or a name ("tenant-a") that becomes an id 0, 1, ... in order of
+ *             first appearance (the first row decides: names, or integers).
+ *   lengths   num_prefill_tokens,num_decode_tokens (Vidur's ShareGPT / arXiv length files; extra
+ *             columns ignored): no times, so it opens only with a request_rate to re-time it.
  *
  * Arrival times are offsets from the first accepted request (whatever the format's origin),
  * multiplied by time_scale. Rows must be in nondecreasing arrival order. Token counts are
@@ -58,6 +62,13 @@ typedef struct trace_options {
                              (0, TRACE_MAX_TIME_SCALE] */
     int64_t max_requests; /* stop after this many accepted rows; <= 0: no limit */
     bool skip_bad_rows;   /* skip and count bad rows instead of failing */
+    /* Re-timing, as `vllm bench serve --request-rate R --burstiness B`: > 0 replaces the rows'
+     * times with Gamma inter-arrivals of shape B and mean 1/R s (B = 1: Poisson; B < 1
+     * burstier), the first request at 0, drawn from a GSL generator seeded with seed; INFINITY:
+     * every request at 0; 0: the trace's own times (time_scale applies only then). */
+    double request_rate;  /* requests/s */
+    double burstiness;    /* Gamma shape; 0 means 1 */
+    uint64_t seed;
 } trace_options;
 
 /* time_scale 1, no limit, bad rows are errors. (A zeroed trace_options is invalid: scale 0.) */
@@ -74,6 +85,13 @@ arrival_source trace_source(trace_reader *t);
 const char *trace_format_name(const trace_reader *t);
 int64_t trace_rows_read(const trace_reader *t);  /* accepted rows so far */
 int64_t trace_bad_rows(const trace_reader *t);   /* rows skipped with skip_bad_rows */
+/* Whether the trace has a priority / client column. */
+bool trace_has_priority(const trace_reader *t);
+bool trace_has_client(const trace_reader *t);
+/* Distinct client names seen so far (0 when the client column holds integer ids), and the name
+ * of client id `id` (NULL if none; valid until trace_close). */
+int64_t trace_num_client_names(const trace_reader *t);
+const char *trace_client_name(const trace_reader *t, int64_t id);
 /* Bytes the reader holds in buffers (chunk, CSV field buffer, hash array): constant in the
  * number of rows, which is what the streaming test checks. */
 size_t trace_buffer_bytes(const trace_reader *t);
