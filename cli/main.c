@@ -27,6 +27,13 @@ static const command commands[] = {
     {"trace", "gen", trace_gen_main, "write a synthetic trace (tandem CSV): Poisson/Gamma arrivals"},
     {"trace", "stats", trace_stats_main, "summarise a trace: rates, burstiness, lengths, KV capacity, suggested budgets"},
     {NULL, "profile", profile_main, "measure the engine's step times over a grid of shapes (a profile for sim)"},
+    {NULL, "plot", plot_main, "figures of runs and sweeps: latency CDFs, batch/KV/queue over time, latency vs load"},
+    {NULL, "timeline", timeline_main, "a run as Chrome trace / Perfetto JSON: a track per request, one for steps"},
+    {"reduce", "cdf", reduce_cdf_main, "latency CDFs of runs' CSVs, as gnuplot data (the figures' input)"},
+    {"reduce", "group", reduce_group_main, "count, mean, p50/p90/p99, max per group of a requests.csv"},
+    {"reduce", "bin", reduce_bin_main, "a steps.csv in time bins: busy, KV usage, batch size, queue"},
+    {"reduce", "itl", reduce_itl_main, "every inter-token latency of a run, from its steps.csv"},
+    {"reduce", "select", reduce_select_main, "rows and columns of a sweep's results.csv, with derived columns"},
     {NULL, "generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };
 

@@ -93,6 +93,7 @@ static void ob_ms(obuf *o, double ns) { ob_fixed(o, ns_to_us(ns), 3); }
 struct metrics {
     metrics_options opt;
     obuf *req_out, *step_out, *tok_out;
+    preempt_log preempts;            /* preemptions.csv, beside steps.csv */
     char summary_path[4096];
     samples ttft, tpot, e2el, queue; /* ms, one per finished request */
     qhist itl;                       /* ms, on a microsecond grid */
@@ -153,7 +154,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
                      "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu",
                      opt->write_host_time ? ",host_us,sched_us" : "");
             m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
-            if (!m->step_out) goto fail;
+            if (!m->step_out || preempt_log_open(&m->preempts, opt->out_dir, e)) goto fail;
         }
         if (opt->write_tokens) {
             m->tok_out = open_csv(opt->out_dir, "tokens.csv", "id,output_ids\n", e);
@@ -282,6 +283,7 @@ void metrics_step(metrics *m, const step_stats *st)
         }
         m->n_step_itl = 0;
     }
+    if (st->batch) preempt_log_step(&m->preempts, st->step, st->start_ns, st->batch);
     metrics_summary *s = &m->s;
     s->num_steps++;
     m->busy_ns += (double)st->duration_ns;
@@ -487,6 +489,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
         if (fclose(m->req_out->f)) rc = terr_set(e, "%s: write failed", m->opt.out_dir);
         m->req_out->f = NULL;
     }
+    if (preempt_log_close(&m->preempts, e)) rc = -1;
     obuf *more[] = {m->step_out, m->tok_out};
     for (size_t i = 0; i < ARRAY_LEN(more); i++) {
         if (!more[i]) continue;
@@ -513,6 +516,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
 void metrics_free(metrics *m)
 {
     if (!m) return;
+    preempt_log_close(&m->preempts, NULL);
     obuf *bufs[] = {m->req_out, m->step_out, m->tok_out};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) {
         if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "batch.h"
+#include "preempt_log.h"
 #include "request.h"
 #include "util.h"
 
@@ -59,6 +60,8 @@ typedef struct step_stats {
     step_shape shape;        /* what the step computed (core/batch.h) */
     double flops, bytes;     /* its useful work (core/work.h); 0 when the model is not known */
     int64_t host_ns, sched_ns; /* measured host time (core/executor.h), when write_host_time */
+    const batch *batch;      /* the step's items and preempted requests, for preemptions.csv
+                                (NULL: not logged) */
 } step_stats;
 
 typedef struct latency_stats {

@@ -308,6 +308,7 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
             .shape = batch_shape(&b),
             .host_ns = sched_ns + out.host_ns,
             .sched_ns = sched_ns,
+            .batch = &b,
         };
         if (cfg->model) {
             step_work w = step_work_of(cfg->model, &st.shape);

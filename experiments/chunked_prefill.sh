@@ -71,23 +71,23 @@ EOF
 load_of() { local b=${1##*/mix_}; echo "${b%.csv}"; }
 
 # one row per configuration: its label, the budget, results.csv metrics, the ITL tail (from
-# steps.csv, plots/itl_data.sh), TTFT of short and long prompts (from requests.csv)
+# steps.csv, tandem reduce itl), TTFT of short and long prompts (from requests.csv)
 reduce() {
     local s id label budget
     {
-        "$PLOTS/csv_select.sh" -k trace,max-num-batched-tokens,id "$RAW/chunked/results.csv" | tail -n +2 |
+        "$BIN" reduce select --keep trace,max-num-batched-tokens,id "$RAW/chunked/results.csv" | tail -n +2 |
             while IFS=, read -r t budget id; do echo "$(load_of "$t"),vllm chunked,$budget,$id"; done
-        "$PLOTS/csv_select.sh" -k trace,scheduling-policy,id "$RAW/unchunked/results.csv" | tail -n +2 |
+        "$BIN" reduce select --keep trace,scheduling-policy,id "$RAW/unchunked/results.csv" | tail -n +2 |
             while IFS=, read -r t s id; do echo "$(load_of "$t"),$s unchunked,8192,$id"; done
-        "$PLOTS/csv_select.sh" -k trace,chunk-size,id "$RAW/sarathi/results.csv" | tail -n +2 |
+        "$BIN" reduce select --keep trace,chunk-size,id "$RAW/sarathi/results.csv" | tail -n +2 |
             while IFS=, read -r t budget id; do echo "$(load_of "$t"),sarathi (budget = chunk size),$budget,$id"; done
     } > "$RAW/configs.csv"
 
     # the metrics of every point of the three sweeps, keyed by point id
     local cols=id,request_throughput,median_ttft_ms,p99_ttft_ms,median_tpot_ms,p99_tpot_ms,median_itl_ms,p99_itl_ms,num_preemptions,mean_batch_size
     local all=$RAW/all_results.csv
-    "$PLOTS/csv_select.sh" -k $cols "$RAW/chunked/results.csv" > "$all"
-    for s in unchunked sarathi; do "$PLOTS/csv_select.sh" -k $cols "$RAW/$s/results.csv" | tail -n +2 >> "$all"; done
+    "$BIN" reduce select --keep $cols "$RAW/chunked/results.csv" > "$all"
+    for s in unchunked sarathi; do "$BIN" reduce select --keep $cols "$RAW/$s/results.csv" | tail -n +2 >> "$all"; done
 
     echo "load,system,budget,${cols#id,},p999_itl_ms,max_itl_ms,short_p50_ttft_ms,short_p99_ttft_ms,long_p50_ttft_ms,long_p99_ttft_ms" \
         > "$RES/configs.csv"
@@ -98,15 +98,14 @@ reduce() {
         row=$(awk -F, -v id="$id" '$1 == id { sub(/^[^,]*,/, ""); print }' "$all")
         # every ITL of the run, and its CDF; the tail read off the CDF's top-1% levels
         mode=v1; [ "$label" = "vllm-v0 unchunked" ] && mode=v0
-        "$PLOTS/itl_data.sh" -m $mode "$dir/steps.csv" > "$RAW/itl_$id.csv"
+        "$BIN" reduce itl --mode $mode "$dir/steps.csv" > "$RAW/itl_$id.csv"
         [ $first = 1 ] || printf '\n\n' >> "$RES/cdf_itl.dat"
         first=0
-        "$PLOTS/cdf_data.sh" -W tokens itl_ms "$load: $label $budget" "$RAW/itl_$id.csv" > "$RAW/cdf_itl_$id.dat"
+        "$BIN" reduce cdf --weight tokens itl_ms "$load: $label $budget" "$RAW/itl_$id.csv" > "$RAW/cdf_itl_$id.dat"
         cat "$RAW/cdf_itl_$id.dat" >> "$RES/cdf_itl.dat"
         tail=$(awk '/^[0-9]/ { if (!p && $2 >= 0.999) p = $1; max = $1 } END { printf "%s,%s", p, max }' "$RAW/cdf_itl_$id.dat")
         # TTFT of short and long prompts
-        groups=$("$PLOTS/group_stats.sh" "$dir/requests.csv" \
-                 "len=(c[\"prompt_tokens\"] >= $LONG_MIN ? \"long\" : \"short\")" ttft_ms |
+        groups=$("$BIN" reduce group "$dir/requests.csv" "len={prompt_tokens>=$LONG_MIN?long:short}" ttft_ms |
                  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
                           { p50[$1] = $ix["p50_ttft_ms"]; p99[$1] = $ix["p99_ttft_ms"] }
                           END { printf "%s,%s,%s,%s", p50["short"], p99["short"], p50["long"], p99["long"] }')
@@ -115,7 +114,7 @@ reduce() {
 }
 
 plot() {
-    gp vs_x -e logx=2 -e 'logy="p999_itl_ms p99_ttft_ms"' -e 'facet="load"' -e 'key="top right"' -e keypanel=4 \
+    gp vs_x -e logx=2 -e 'logy="p999_itl_ms p99_ttft_ms"' -e 'facet="load"' \
         -e panel_w=340 -e panel_h=300 \
         "$RES/configs.csv" "$FIG/chunked_prefill" \
         "5% long prompts (4.2k-7.8k tokens) among chat requests: decode stalls vs the token budget per step (Llama-3-8B, H200)" \
