@@ -74,9 +74,12 @@ reduce() {
         rate=$(trace_rate "$trace")
         "$BIN" reduce select "rate={$rate/time-scale}" "$RAW/replay_$name/results.csv" > "$RES/replay_$name.csv"
 
-        # latency CDFs of each policy at the recorded speed
+        # latency CDFs of each policy at the recorded speed. Not priority: at this speed the
+        # server never runs out of KV blocks or sequence slots, so priority never preempts and
+        # schedules exactly as vllm does (its CDFs lie on vllm's; what it changes under load is
+        # in per_class_*.csv and the priority experiment)
         local series=() p dir
-        for p in static orca vllm priority; do
+        for p in static orca vllm; do
             dir=$(point_dir replay_$name scheduling-policy=$p time-scale=$CDF_SCALE)
             series+=("$p" "$dir/requests.csv")
         done
@@ -110,7 +113,7 @@ plot() {
             "$RES/replay_$name.csv" "$FIG/batching_util_$name" \
             "$label: KV blocks allocated vs KV tokens stored, GPU busy time, batch size" rate \
             "mean_kv_usage mean_kv_token_usage busy_fraction mean_batch_size" scheduling-policy
-        gp cdf "$FIG/batching_cdf_$name" "$label as recorded: latency per policy (Llama-3-8B, H200)" \
+        gp cdf "$FIG/batching_cdf_$name" "$label as recorded: latency per policy (Llama-3-8B, H200; priority = vllm here)" \
             "$RES/cdf_ttft_$name.dat" "TTFT (ms)" "$RES/cdf_e2el_$name.dat" "end-to-end latency (s)"
     done
     gp timeseries "$FIG/batching_timeline" \

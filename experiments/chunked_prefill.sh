@@ -67,8 +67,16 @@ EOF
     reduce
 }
 
-# load_of TRACE: the load name of a mix_NAME.csv trace
-load_of() { local b=${1##*/mix_}; echo "${b%.csv}"; }
+# load_label NAME: the load as the figures name it, with its rate: "moderate (21 req/s)"
+load_label() {
+    local load name rs rl
+    for load in $LOADS; do
+        IFS=: read -r name rs rl <<<"$load"
+        if [ "$name" = "$1" ]; then awk -v n="$name" -v a="$rs" -v b="$rl" 'BEGIN { printf "%s (%g req/s)\n", n, a + b }'; fi
+    done
+}
+# load_of TRACE: the load label of a mix_NAME.csv trace
+load_of() { local b=${1##*/mix_}; load_label "${b%.csv}"; }
 
 # one row per configuration: its label, the budget, results.csv metrics, the ITL tail (from
 # steps.csv, tandem reduce itl), TTFT of short and long prompts (from requests.csv)
@@ -121,13 +129,15 @@ plot() {
         budget "p99_itl_ms p999_itl_ms p99_tpot_ms p99_ttft_ms" system \
         "token budget per step (tokens)"
     # the ITL tails of a few configurations at the moderate load (blocks of cdf_itl.dat, by label)
-    awk -v keep="vllm-v0 unchunked 8192|vllm unchunked 8192|vllm chunked 2048|vllm chunked 512|vllm chunked 256" '
-        BEGIN { n = split(keep, k, "|"); for (i = 1; i <= n; i++) want["\"moderate: " k[i] "\" \"F\""] = 1 }
+    local moderate
+    moderate=$(load_label moderate)
+    awk -v keep="vllm-v0 unchunked 8192|vllm unchunked 8192|vllm chunked 2048|vllm chunked 512|vllm chunked 256" -v load="$moderate: " '
+        BEGIN { n = split(keep, k, "|"); for (i = 1; i <= n; i++) want["\"" load k[i] "\" \"F\""] = 1 }
         /^# / { hdr = $0; next }
-        /^"/ { on = ($0 in want); if (on) { if (blocks++) printf "\n\n"; print hdr; sub(/^"moderate: /, "\""); print } next }
+        /^"/ { on = ($0 in want); if (on) { if (blocks++) printf "\n\n"; print hdr; print "\"" substr($0, length(load) + 2) } next }
         on && NF' "$RES/cdf_itl.dat" > "$RAW_TMP/cdf_itl_some.dat"
     gp cdf -e ccdf=1 -e ymin=1e-4 -e 'what="decode tokens"' -e 'key="top right"' "$FIG/chunked_prefill_itl" \
-        "ITL tail at the moderate load, by token budget per step" \
+        "ITL tail at the moderate load ($moderate), by token budget per step" \
         "$RAW_TMP/cdf_itl_some.dat" "inter-token latency (ms)"
 }
 

@@ -112,10 +112,11 @@ do for [ext in FORMATS] {
         # the legend alone, in the strip, as wide as the figure
         set origin 0, 1.0 - strip; set size 1, strip - 34.0 / H
         unset title; unset xlabel; unset ylabel; unset arrow 1; unset label 1; unset logscale; unset grid
-        unset border; unset tics; set xrange [0:1]; set yrange [0:1]
+        unset border; unset tics; set offsets 0, 0, 0, 0; set xrange [0:1]; set yrange [0:1]
         set key center center horizontal maxrows key_rows box opaque samplen 2 reverse Left width 1
-        plot for [i = 1:nseries] NaN with linespoints ls i title word(series, i)
-        set border 3; set tics; set grid xtics ytics
+        # the lines lie above the y range: only their legend entries show
+        plot for [i = 1:nseries] 2 with linespoints ls i title word(series, i)
+        set border 3; set tics; set grid xtics ytics; set autoscale xy
     }
     unset multiplot
     unset output
