@@ -35,6 +35,7 @@
 #include "cli/gnuplot.h"
 #include "cli/reduce.h"
 #include "core/options.h"
+#include "traces/trace.h"
 
 #define MAX_DIRS 12 /* the palette has 12 line styles */
 
@@ -302,6 +303,39 @@ static int sweep_keys(const char *file, char *x, size_t xn, char *series, size_t
     return 0;
 }
 
+/* The mean arrival rate (requests/s) of the sweep's trace as replayed at time scale 1, when
+ * every point replays the same trace (and the same max-requests): rows / (last - first
+ * arrival). 0 when that cannot be known (several traces, an unreadable one). */
+static double trace_rate(const char *results)
+{
+    csv_table t;
+    terr e;
+    if (csv_table_load(&t, results, &e)) return 0;
+    int tc = csv_table_col(&t, "trace"), mc = csv_table_col(&t, "max-requests");
+    double rate = 0;
+    bool same = tc >= 0 && t.num_rows > 0;
+    for (int64_t r = 1; same && r < t.num_rows; r++)
+        same = !strcmp(csv_table_at(&t, r, tc), csv_table_at(&t, 0, tc)) &&
+               (mc < 0 || !strcmp(csv_table_at(&t, r, mc), csv_table_at(&t, 0, mc)));
+    int64_t max = 0;
+    if (same && mc >= 0) parse_i64(csv_table_at(&t, 0, mc), &max);
+    trace_options to = {.time_scale = 1, .max_requests = max, .skip_bad_rows = true};
+    trace_reader *tr;
+    if (same && !trace_open(&tr, csv_table_at(&t, 0, tc), &to, &e)) {
+        arrival_source src = trace_source(tr);
+        arrival a;
+        int64_t n = 0, first = 0, last = 0;
+        while (src.next(src.self, &a, &e) == 1) {
+            if (!n++) first = a.arrival_ns;
+            last = a.arrival_ns;
+        }
+        if (n > 1 && last > first) rate = (double)n / ((double)(last - first) / 1e9);
+        trace_close(tr);
+    }
+    csv_table_free(&t);
+    return rate;
+}
+
 static int plot_sweep(figure_set *fs, const char *dir, const char *label, int index, terr *e)
 {
     char results[4300], x[128], series[1024], data[4300], name[160];
@@ -310,14 +344,19 @@ static int plot_sweep(figure_set *fs, const char *dir, const char *label, int in
     snprintf(name, sizeof name, "sweep_%d.csv", index);
     FILE *f = create(fs->out, name, data, sizeof data, e);
     if (!f) return -1;
-    char add[1100], keep[512];
+    /* a time-scale sweep is drawn against the offered rate it makes, when the trace says it */
+    char add[1100], keep[512], rate[128];
+    double base = !strcmp(x, "time-scale") ? trace_rate(results) : 0;
+    snprintf(rate, sizeof rate, "rate={%.9g/time-scale}", base);
+    if (base > 0) snprintf(x, sizeof x, "rate");
     snprintf(add, sizeof add, "series=%s", *series ? series : "all");
     snprintf(keep, sizeof keep, "%s,series,median_ttft_ms,p99_ttft_ms,median_tpot_ms,p99_tpot_ms", x);
-    const char *adds[] = {add};
-    int rc = reduce_select(f, results, adds, 1, "status=ok", keep, e);
+    const char *adds[] = {add, rate};
+    int rc = reduce_select(f, results, adds, base > 0 ? 2 : 1, "status=ok", keep, e);
     if (close_checked(f, data, e) || rc) return -1;
     char title[512], fig[300];
-    snprintf(title, sizeof title, "%s: latency against %s", label, x);
+    if (base > 0) snprintf(title, sizeof title, "%s: latency against the offered rate (%.3g req/s / time-scale)", label, base);
+    else snprintf(title, sizeof title, "%s: latency against %s", label, x);
     snprintf(fig, sizeof fig, "sweep_%s", label);
     for (char *p = fig; *p; p++)
         if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.", *p)) *p = '_';
