@@ -89,19 +89,31 @@ static void folder_name(const char *dir, char *buf, size_t n)
     snprintf(buf, n, "%s", basename(tmp));
 }
 
-/* Opens DIR/NAME for writing; NULL with e set. */
-static FILE *create(const char *dir, const char *name, char *path, size_t n, terr *e)
+typedef struct figure_set {
+    const char *plots, *out;
+    bool have_gnuplot, quiet;
+    bool io_error; /* the failure was writing a file or running gnuplot (exit 1), not the input */
+} figure_set;
+
+/* Opens OUT/NAME for writing; NULL with e set. */
+static FILE *create(figure_set *fs, const char *name, char *path, size_t n, terr *e)
 {
-    snprintf(path, n, "%s/%s", dir, name);
+    snprintf(path, n, "%s/%s", fs->out, name);
     FILE *f = fopen(path, "w");
-    if (!f) terr_set(e, "%s: cannot write: %s", path, strerror(errno));
+    if (!f) {
+        fs->io_error = true;
+        terr_set(e, "%s: cannot write: %s", path, strerror(errno));
+    }
     return f;
 }
 
-static int close_checked(FILE *f, const char *path, terr *e)
+static int close_checked(figure_set *fs, FILE *f, const char *path, terr *e)
 {
     bool ok = !ferror(f);
-    if (fclose(f) || !ok) return terr_set(e, "%s: write failed", path);
+    if (fclose(f) || !ok) {
+        fs->io_error = true;
+        return terr_set(e, "%s: write failed", path);
+    }
     return 0;
 }
 
@@ -131,24 +143,21 @@ static void run_policy(const char *dir, char *buf, size_t n)
     json_decref(j);
 }
 
-typedef struct figure_set {
-    const char *plots, *out;
-    bool have_gnuplot, quiet;
-    int drawn;
-} figure_set;
 
 static int draw(figure_set *fs, const char *script, const char *name, const char *const *sets, int nsets,
                 const char *const *args, int nargs, terr *e)
 {
     if (!fs->have_gnuplot) return 0;
     int rc = gnuplot_draw(fs->plots, script, fs->out, name, sets, nsets, args, nargs, e);
-    if (rc < 0) return -1;
+    if (rc < 0) {
+        fs->io_error = true;
+        return -1;
+    }
     if (rc == 1) {
         fs->have_gnuplot = false;
         return 0;
     }
     if (!fs->quiet) printf("  %s/%s.png (and .svg)\n", fs->out, name);
-    fs->drawn++;
     return 0;
 }
 
@@ -196,10 +205,10 @@ static int plot_runs(figure_set *fs, const char *const *dirs, const char *const 
                 char policy[64], name[64];
                 run_policy(dirs[i], policy, sizeof policy);
                 snprintf(name, sizeof name, "itl_%d.csv", i + 1);
-                FILE *f = create(fs->out, name, itl[i], sizeof itl[i], e);
+                FILE *f = create(fs, name, itl[i], sizeof itl[i], e);
                 if (!f) return -1;
                 int rc = reduce_itl(f, steps[i], !strcmp(policy, "vllm-v0"), e);
-                if (close_checked(f, itl[i], e) || rc) return -1;
+                if (close_checked(fs, f, itl[i], e) || rc) return -1;
                 itlp[i] = itl[i];
             }
             files = itlp;
@@ -209,10 +218,10 @@ static int plot_runs(figure_set *fs, const char *const *dirs, const char *const 
         for (int i = 0; i < n; i++) max = fmax(max, column_max(files[i], metrics[m]));
         bool seconds = max > 1e5;
         co.scale = seconds ? 1e-3 : 1;
-        FILE *f = create(fs->out, files_of[m], data[m], sizeof data[m], e);
+        FILE *f = create(fs, files_of[m], data[m], sizeof data[m], e);
         if (!f) return -1;
         int rc = reduce_cdf(f, metrics[m], labels, files, n, &co, e);
-        if (close_checked(f, data[m], e) || rc) return -1;
+        if (close_checked(fs, f, data[m], e) || rc) return -1;
         snprintf(xlabel[m], sizeof xlabel[m], "%s (%s)", names[m], seconds ? "s" : "ms");
         if (m < 3) {
             cdf_args[nargs++] = data[m];
@@ -241,10 +250,10 @@ static int plot_runs(figure_set *fs, const char *const *dirs, const char *const 
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "over_time_%d.csv", i + 1);
-        FILE *f = create(fs->out, name, bins[i], sizeof bins[i], e);
+        FILE *f = create(fs, name, bins[i], sizeof bins[i], e);
         if (!f) return -1;
         int rc = reduce_bin(f, steps[i], bin, 0, -1, e);
-        if (close_checked(f, bins[i], e) || rc) return -1;
+        if (close_checked(fs, f, bins[i], e) || rc) return -1;
         /* the runs as gnuplot words: "\"LABEL\" 'FILE' ..." (at most nine arguments otherwise) */
         size_t len = strlen(runs);
         snprintf(runs + len, sizeof runs - len, "%s\\\"%s\\\" '%s'", i ? " " : "", labels[i], bins[i]);
@@ -342,7 +351,7 @@ static int plot_sweep(figure_set *fs, const char *dir, const char *label, int in
     snprintf(results, sizeof results, "%s/results.csv", dir);
     if (sweep_keys(results, x, sizeof x, series, sizeof series, e)) return -1;
     snprintf(name, sizeof name, "sweep_%d.csv", index);
-    FILE *f = create(fs->out, name, data, sizeof data, e);
+    FILE *f = create(fs, name, data, sizeof data, e);
     if (!f) return -1;
     /* a time-scale sweep is drawn against the offered rate it makes, when the trace says it */
     char add[1100], keep[512], rate[128];
@@ -353,7 +362,7 @@ static int plot_sweep(figure_set *fs, const char *dir, const char *label, int in
     snprintf(keep, sizeof keep, "%s,series,median_ttft_ms,p99_ttft_ms,median_tpot_ms,p99_tpot_ms", x);
     const char *adds[] = {add, rate};
     int rc = reduce_select(f, results, adds, base > 0 ? 2 : 1, "status=ok", keep, e);
-    if (close_checked(f, data, e) || rc) return -1;
+    if (close_checked(fs, f, data, e) || rc) return -1;
     char title[512], fig[300];
     if (base > 0) snprintf(title, sizeof title, "%s: latency against the offered rate (%.3g req/s / time-scale)", label, base);
     else snprintf(title, sizeof title, "%s: latency against %s", label, x);
@@ -421,7 +430,7 @@ int plot_main(int argc, char **argv)
         code = 1;
         goto done;
     }
-    figure_set fs = {plots, out, gnuplot_find_scripts(plots, sizeof plots), o.quiet, 0};
+    figure_set fs = {plots, out, gnuplot_find_scripts(plots, sizeof plots), o.quiet, false};
     if (!o.quiet) printf("plot: %d run%s, %d sweep%s -> %s\n", nruns, nruns == 1 ? "" : "s", nsweeps,
                          nsweeps == 1 ? "" : "s", out);
     rc = nruns ? plot_runs(&fs, runs, run_labels, nruns, &e) : 0;
@@ -432,8 +441,7 @@ int plot_main(int argc, char **argv)
     }
     if (rc) {
         fprintf(stderr, "tandem plot: %s\n", e.msg);
-        /* bad data (a results.csv without the columns) is exit 2; gnuplot failing is 1 */
-        code = strstr(e.msg, "gnuplot") || strstr(e.msg, "cannot write") ? 1 : 2;
+        code = fs.io_error ? 1 : 2;
         goto done;
     }
     if (!fs.have_gnuplot) {
