@@ -136,8 +136,8 @@ plot() {
         /^# / { hdr = $0; next }
         /^"/ { on = ($0 in want); if (on) { if (blocks++) printf "\n\n"; print hdr; print "\"" substr($0, length(load) + 2) } next }
         on && NF' "$RES/cdf_itl.dat" > "$RAW_TMP/cdf_itl_some.dat"
-    gp cdf -e ccdf=1 -e ymin=1e-4 -e 'what="decode tokens"' -e 'key="top right"' "$FIG/chunked_prefill_itl" \
-        "ITL tail at the moderate load ($moderate), by token budget per step" \
+    gp cdf -e ccdf=1 -e ymin=1e-4 -e 'what="decode tokens"' -e 'key="below"' "$FIG/chunked_prefill_itl" \
+        "ITL tail at the moderate load ${moderate#moderate }, by token budget per step" \
         "$RAW_TMP/cdf_itl_some.dat" "inter-token latency (ms)"
 }
 
