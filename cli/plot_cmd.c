@@ -233,7 +233,7 @@ static int plot_runs(figure_set *fs, const char *const *dirs, const char *const 
         /* the ITL tail: the fraction of decode tokens that waited longer than x, on a log scale */
         const char *itl_args[] = {"inter-token latency: the tail (stalls behind prefills, preemptions)", data[3],
                                   xlabel[3]};
-        const char *sets[] = {"ccdf=1", "ymin=1e-4", "what=\"decode tokens\"", "key=\"top right\""};
+        const char *sets[] = {"ccdf=1", "ymin=1e-4", "what=\"decode tokens\"", "key=\"below\""};
         if (draw(fs, "cdf.gp", "itl_ccdf", sets, 4, itl_args, 3, e)) return -1;
     }
     if (!all_steps) {
