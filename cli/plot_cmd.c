@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/csv_table.h"
+#include "cli/csv_rows.h"
 #include "cli/gnuplot.h"
 #include "cli/reduce.h"
 #include "core/options.h"
@@ -120,15 +120,15 @@ static int close_checked(figure_set *fs, FILE *f, const char *path, terr *e)
 /* The largest value of column col over the finished rows of file; 0 when none. */
 static double column_max(const char *file, const char *col)
 {
-    csv_table t;
+    csv_rows t;
     terr e;
-    if (csv_table_load(&t, file, &e)) return 0;
-    int c = csv_table_col(&t, col), state = csv_table_col(&t, "state");
+    if (csv_rows_open(&t, file, &e)) return 0;
+    int c = csv_rows_col(&t, col), state = csv_rows_col(&t, "state");
     double m = 0, x;
-    for (int64_t r = 0; c >= 0 && r < t.num_rows; r++)
-        if ((state < 0 || !strcmp(csv_table_at(&t, r, state), "finished")) && !parse_f64(csv_table_at(&t, r, c), &x))
+    while (c >= 0 && csv_rows_next(&t, &e) == 1)
+        if ((state < 0 || !strcmp(csv_rows_at(&t, state), "finished")) && !parse_f64(csv_rows_at(&t, c), &x))
             m = fmax(m, x);
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return m;
 }
 
@@ -270,42 +270,55 @@ static int plot_runs(figure_set *fs, const char *const *dirs, const char *const 
  * parameter columns (between id and status) that take more than one value. */
 static int sweep_keys(const char *file, char *x, size_t xn, char *series, size_t sn, terr *e)
 {
-    csv_table t;
-    if (csv_table_load(&t, file, e)) return -1;
-    int id = csv_table_need(&t, "id", e), status = id < 0 ? -1 : csv_table_need(&t, "status", e);
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    int id = csv_rows_need(&t, "id", e), status = id < 0 ? -1 : csv_rows_need(&t, "status", e);
     if (id < 0 || status < 0) {
-        csv_table_free(&t);
+        csv_rows_close(&t);
         return terr_set(e, "%s: not a sweep's results.csv (no id and status columns)", file);
     }
+    /* per parameter column: its first value, whether it varies, whether every value is a number */
+    int np = status - id - 1;
+    char **first = xcalloc((size_t)np + 1, sizeof *first);
+    bool *varies = xcalloc((size_t)np + 1, sizeof *varies), *numeric = xcalloc((size_t)np + 1, sizeof *numeric);
+    int more;
+    for (int64_t r = 0; (more = csv_rows_next(&t, e)) > 0; r++)
+        for (int k = 0; k < np; k++) {
+            const char *v = csv_rows_at(&t, id + 1 + k);
+            double d;
+            if (!r) {
+                first[k] = xstrdup(v);
+                numeric[k] = true;
+            }
+            varies[k] |= strcmp(v, first[k]) != 0;
+            numeric[k] &= !parse_f64(v, &d);
+        }
     static const char *const load_keys[] = {"request-rate", "max-concurrency", "time-scale"};
     int best = -1, rank = 99;
+    for (int k = 0; more == 0 && k < np; k++) {
+        if (!varies[k] || !numeric[k]) continue;
+        int j = 3;
+        while (j > 0 && strcmp(load_keys[j - 1], csv_rows_name(&t, id + 1 + k))) j--;
+        int my_rank = j ? j - 1 : 3;
+        if (my_rank < rank) {
+            rank = my_rank;
+            best = k;
+        }
+    }
     x[0] = series[0] = 0;
     size_t used = 0;
-    for (int c = id + 1; c < status; c++) {
-        bool varies = false, numeric = true;
-        double v;
-        for (int64_t r = 0; r < t.num_rows; r++) {
-            varies |= strcmp(csv_table_at(&t, r, c), csv_table_at(&t, 0, c)) != 0;
-            numeric &= !parse_f64(csv_table_at(&t, r, c), &v);
-        }
-        if (!varies) continue;
-        int k = 3;
-        while (k > 0 && strcmp(load_keys[k - 1], csv_table_name(&t, c))) k--;
-        int my_rank = k ? k - 1 : 3;
-        if (numeric && my_rank < rank) {
-            rank = my_rank;
-            best = c;
-        }
-    }
-    for (int c = id + 1; c < status; c++) {
-        bool varies = false;
-        for (int64_t r = 0; r < t.num_rows; r++) varies |= strcmp(csv_table_at(&t, r, c), csv_table_at(&t, 0, c)) != 0;
-        if (!varies || c == best) continue;
-        const char *name = csv_table_name(&t, c);
+    for (int k = 0; more == 0 && k < np; k++) {
+        if (!varies[k] || k == best) continue;
+        const char *name = csv_rows_name(&t, id + 1 + k);
         used += (size_t)snprintf(series + used, sn > used ? sn - used : 0, "%s%s={%s}", used ? " " : "", name, name);
     }
-    if (best >= 0) snprintf(x, xn, "%s", csv_table_name(&t, best));
-    csv_table_free(&t);
+    if (best >= 0) snprintf(x, xn, "%s", csv_rows_name(&t, id + 1 + best));
+    for (int k = 0; k < np; k++) free(first[k]);
+    free(first);
+    free(varies);
+    free(numeric);
+    csv_rows_close(&t);
+    if (more < 0) return -1;
     if (best < 0)
         return terr_set(e, "%s: no swept key with numeric values to plot against (a sweep over a rate, a "
                            "concurrency or a time scale)", file);
@@ -317,20 +330,28 @@ static int sweep_keys(const char *file, char *x, size_t xn, char *series, size_t
  * arrival). 0 when that cannot be known (several traces, an unreadable one). */
 static double trace_rate(const char *results)
 {
-    csv_table t;
+    csv_rows t;
     terr e;
-    if (csv_table_load(&t, results, &e)) return 0;
-    int tc = csv_table_col(&t, "trace"), mc = csv_table_col(&t, "max-requests");
-    double rate = 0;
-    bool same = tc >= 0 && t.num_rows > 0;
-    for (int64_t r = 1; same && r < t.num_rows; r++)
-        same = !strcmp(csv_table_at(&t, r, tc), csv_table_at(&t, 0, tc)) &&
-               (mc < 0 || !strcmp(csv_table_at(&t, r, mc), csv_table_at(&t, 0, mc)));
+    if (csv_rows_open(&t, results, &e)) return 0;
+    int tc = csv_rows_col(&t, "trace"), mc = csv_rows_col(&t, "max-requests");
+    char trace[4096] = "", max_text[64] = "";
+    bool same = tc >= 0, any = false;
+    while (same && csv_rows_next(&t, &e) == 1) {
+        const char *m = mc >= 0 ? csv_rows_at(&t, mc) : "";
+        if (!any) {
+            snprintf(trace, sizeof trace, "%s", csv_rows_at(&t, tc));
+            snprintf(max_text, sizeof max_text, "%s", m);
+            any = true;
+        }
+        same = !strcmp(csv_rows_at(&t, tc), trace) && !strcmp(m, max_text);
+    }
+    csv_rows_close(&t);
     int64_t max = 0;
-    if (same && mc >= 0) parse_i64(csv_table_at(&t, 0, mc), &max);
+    if (*max_text) parse_i64(max_text, &max);
     trace_options to = {.time_scale = 1, .max_requests = max, .skip_bad_rows = true};
     trace_reader *tr;
-    if (same && !trace_open(&tr, csv_table_at(&t, 0, tc), &to, &e)) {
+    double rate = 0;
+    if (same && any && !trace_open(&tr, trace, &to, &e)) {
         arrival_source src = trace_source(tr);
         arrival a;
         int64_t n = 0, first = 0, last = 0;
@@ -341,7 +362,6 @@ static double trace_rate(const char *results)
         if (n > 1 && last > first) rate = (double)n / ((double)(last - first) / 1e9);
         trace_close(tr);
     }
-    csv_table_free(&t);
     return rate;
 }
 

@@ -32,19 +32,19 @@ static void trim(const char **s, size_t *n)
 }
 
 /* The value of the column named s[0..n) on row r, or NULL with e set. */
-static const char *column_value(const csv_table *t, int64_t r, const char *s, size_t n, terr *e)
+static const char *column_value(const csv_rows *t, const char *s, size_t n, terr *e)
 {
     char name[256];
     trim(&s, &n);
     if (n >= sizeof name) n = sizeof name - 1;
     memcpy(name, s, n);
     name[n] = 0;
-    int c = csv_table_col(t, name);
+    int c = csv_rows_col(t, name);
     if (c < 0) {
         terr_set(e, "%s has no column \"%s\"", t->path, name);
         return NULL;
     }
-    return csv_table_at(t, r, c);
+    return csv_rows_at(t, c);
 }
 
 /* The index of the first c at brace depth 0 in s[0..n), or -1. */
@@ -71,7 +71,7 @@ static int text_equal(const char *a, const char *b, size_t bn)
 }
 
 /* COL OP VALUE on row r (see reduce.h). */
-static int eval_cond(const char *c, size_t n, const csv_table *t, int64_t r, bool *out, terr *e)
+static int eval_cond(const char *c, size_t n, const csv_rows *t, bool *out, terr *e)
 {
     size_t i = 0;
     while (i < n && !strchr("=!~<>", c[i])) i++;
@@ -80,7 +80,7 @@ static int eval_cond(const char *c, size_t n, const csv_table *t, int64_t r, boo
     size_t vstart = i + 1;
     if (vstart < n && c[vstart] == '=' && c[i] != '=' && c[i] != '~') op[1] = '=', vstart++;
     if (!strcmp(op, "!")) return terr_set(e, "condition \"%.*s\": expected != after the column", (int)n, c);
-    const char *val = column_value(t, r, c, i, e);
+    const char *val = column_value(t, c, i, e);
     if (!val) return -1;
     const char *v = c + vstart;
     size_t vn = n - vstart;
@@ -106,16 +106,16 @@ static int eval_cond(const char *c, size_t n, const csv_table *t, int64_t r, boo
     snprintf(tmp, sizeof tmp, "%.*s", (int)vn, v);
     double x, y;
     if (parse_f64(val, &x)) return terr_set(e, "%s:%lld: \"%s\" is not a number (condition \"%.*s\")", t->path,
-                                            (long long)csv_table_line(r), val, (int)n, c);
+                                            (long long)csv_rows_line(t), val, (int)n, c);
     if (parse_f64(tmp, &y)) return terr_set(e, "condition \"%.*s\": \"%s\" is not a number", (int)n, c, tmp);
     *out = !strcmp(op, "<") ? x < y : !strcmp(op, "<=") ? x <= y : !strcmp(op, ">") ? x > y : x >= y;
     return 0;
 }
 
-static int eval_text(const char *s, size_t n, const csv_table *t, int64_t r, sbuf *b, terr *e);
+static int eval_text(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e);
 
 /* A product or quotient of numbers and columns: terms split at '*' and '/'. */
-static int eval_arith(const char *s, size_t n, const csv_table *t, int64_t r, sbuf *b, terr *e)
+static int eval_arith(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e)
 {
     double acc = 1;
     char op = '*';
@@ -129,11 +129,11 @@ static int eval_arith(const char *s, size_t n, const csv_table *t, int64_t r, sb
         snprintf(tmp, sizeof tmp, "%.*s", (int)tn, term);
         double x;
         if (parse_f64(tmp, &x)) {
-            const char *v = column_value(t, r, term, tn, e);
+            const char *v = column_value(t, term, tn, e);
             if (!v) return -1;
             if (!*v) return 0; /* an empty operand: the value is empty */
             if (parse_f64(v, &x))
-                return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_table_line(r), tmp, v);
+                return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_rows_line(t), tmp, v);
         }
         acc = op == '*' ? acc * x : acc / x;
         if (end < n) op = s[end];
@@ -145,7 +145,7 @@ static int eval_arith(const char *s, size_t n, const csv_table *t, int64_t r, sb
 }
 
 /* The inside of one {...}. */
-static int eval_placeholder(const char *s, size_t n, const csv_table *t, int64_t r, sbuf *b, terr *e)
+static int eval_placeholder(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e)
 {
     long q = find_top(s, n, '?');
     if (q >= 0) {
@@ -154,15 +154,15 @@ static int eval_placeholder(const char *s, size_t n, const csv_table *t, int64_t
         long k = find_top(rest, rn, ':');
         if (k < 0) return terr_set(e, "\"{%.*s}\": a condition needs ?THEN:ELSE", (int)n, s);
         bool yes;
-        if (eval_cond(s, (size_t)q, t, r, &yes, e)) return -1;
-        return yes ? eval_text(rest, (size_t)k, t, r, b, e) : eval_text(rest + k + 1, rn - (size_t)k - 1, t, r, b, e);
+        if (eval_cond(s, (size_t)q, t, &yes, e)) return -1;
+        return yes ? eval_text(rest, (size_t)k, t, b, e) : eval_text(rest + k + 1, rn - (size_t)k - 1, t, b, e);
     }
-    if (memchr(s, '/', n) || memchr(s, '*', n)) return eval_arith(s, n, t, r, b, e);
-    const char *v = column_value(t, r, s, n, e);
+    if (memchr(s, '/', n) || memchr(s, '*', n)) return eval_arith(s, n, t, b, e);
+    const char *v = column_value(t, s, n, e);
     return v ? sb_add(b, v, strlen(v), e) : -1;
 }
 
-static int eval_text(const char *s, size_t n, const csv_table *t, int64_t r, sbuf *b, terr *e)
+static int eval_text(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e)
 {
     for (size_t i = 0; i < n;) {
         if (s[i] == '}') return terr_set(e, "\"%.*s\": a '}' without its '{'", (int)n, s);
@@ -178,25 +178,25 @@ static int eval_text(const char *s, size_t n, const csv_table *t, int64_t r, sbu
             else if (s[j] == '}' && --depth == 0) break;
         }
         if (j == n) return terr_set(e, "\"%.*s\": a '{' without its '}'", (int)n, s);
-        if (eval_placeholder(s + i + 1, j - i - 1, t, r, b, e)) return -1;
+        if (eval_placeholder(s + i + 1, j - i - 1, t, b, e)) return -1;
         i = j + 1;
     }
     return 0;
 }
 
-static int eval_digits(const char *expr, const csv_table *t, int64_t r, char *buf, size_t n, int digits, terr *e)
+static int eval_digits(const char *expr, const csv_rows *t, char *buf, size_t n, int digits, terr *e)
 {
     sbuf b = {buf, 0, n, digits};
     buf[0] = 0;
-    return eval_text(expr, strlen(expr), t, r, &b, e);
+    return eval_text(expr, strlen(expr), t, &b, e);
 }
 
-int reduce_eval(const char *expr, const csv_table *t, int64_t r, char *buf, size_t n, terr *e)
+int reduce_eval(const char *expr, const csv_rows *t, char *buf, size_t n, terr *e)
 {
-    return eval_digits(expr, t, r, buf, n, 6, e);
+    return eval_digits(expr, t, buf, n, 6, e);
 }
 
-int reduce_where(const char *where, const csv_table *t, int64_t r, bool *match, terr *e)
+int reduce_where(const char *where, const csv_rows *t, bool *match, terr *e)
 {
     *match = true;
     if (!where) return 0;
@@ -205,7 +205,7 @@ int reduce_where(const char *where, const csv_table *t, int64_t r, bool *match, 
         const char *amp = memchr(where + a, '&', n - a);
         size_t end = amp ? (size_t)(amp - where) : n;
         bool m;
-        if (eval_cond(where + a, end - a, t, r, &m, e)) return -1;
+        if (eval_cond(where + a, end - a, t, &m, e)) return -1;
         if (!m) {
             *match = false;
             return 0;
@@ -215,7 +215,7 @@ int reduce_where(const char *where, const csv_table *t, int64_t r, bool *match, 
     return 0;
 }
 
-int reduce_field_init(reduce_field *f, const char *spec, const csv_table *t, terr *e)
+int reduce_field_init(reduce_field *f, const char *spec, const csv_rows *t, terr *e)
 {
     const char *eq = strchr(spec, '=');
     memset(f, 0, sizeof *f);
@@ -224,37 +224,34 @@ int reduce_field_init(reduce_field *f, const char *spec, const csv_table *t, ter
         snprintf(f->name, sizeof f->name, "%.*s", (int)(eq - spec), spec);
         f->expr = eq + 1;
         if (!*f->name) return terr_set(e, "\"%s\": NAME=EXPR wants a name", spec);
-        /* try it on the first row, so a typo is reported once, up front */
-        char buf[1024];
-        if (t->num_rows > 0 && reduce_eval(f->expr, t, 0, buf, sizeof buf, e)) return -1;
         return 0;
     }
     snprintf(f->name, sizeof f->name, "%s", spec);
-    f->col = csv_table_need(t, spec, e);
+    f->col = csv_rows_need(t, spec, e);
     return f->col < 0 ? -1 : 0;
 }
 
-int reduce_field_number(const reduce_field *f, const csv_table *t, int64_t r, double *v, bool *empty, terr *e)
+int reduce_field_number(const reduce_field *f, const csv_rows *t, double *v, bool *empty, terr *e)
 {
     char buf[1024];
     const char *s = buf;
     if (f->expr) {
-        if (eval_digits(f->expr, t, r, buf, sizeof buf, 17, e)) return -1;
+        if (eval_digits(f->expr, t, buf, sizeof buf, 17, e)) return -1;
     } else {
-        s = csv_table_at(t, r, f->col);
+        s = csv_rows_at(t, f->col);
     }
     *empty = !*s;
     *v = NAN;
     if (*empty) return 0;
     if (parse_f64(s, v))
-        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_table_line(r), f->name, s);
+        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_rows_line(t), f->name, s);
     return 0;
 }
 
 /* Whether row r counts for latencies: a requests.csv's finished requests (other files: all). */
-static bool counts(const csv_table *t, int state_col, int64_t r)
+static bool counts(const csv_rows *t, int state_col)
 {
-    return state_col < 0 || !strcmp(csv_table_at(t, r, state_col), "finished");
+    return state_col < 0 || !strcmp(csv_rows_at(t, state_col), "finished");
 }
 
 /* ---- cdf ------------------------------------------------------------------------------------- */
@@ -303,26 +300,31 @@ int reduce_cdf(FILE *out, const char *metric, const char *const *labels, const c
                const reduce_cdf_options *o, terr *e)
 {
     for (int s = 0; s < n; s++) {
-        csv_table t;
-        if (csv_table_load(&t, files[s], e)) return -1;
+        csv_rows t;
+        if (csv_rows_open(&t, files[s], e)) return -1;
         reduce_field f;
         int wcol = -1, rc = reduce_field_init(&f, metric, &t, e);
-        if (!rc && o->weight) rc = (wcol = csv_table_need(&t, o->weight, e)) < 0 ? -1 : 0;
+        if (!rc && o->weight) rc = (wcol = csv_rows_need(&t, o->weight, e)) < 0 ? -1 : 0;
         bool m;
-        if (!rc && o->where && t.num_rows) rc = reduce_where(o->where, &t, 0, &m, e);
-        int state = csv_table_col(&t, "state");
-        double *v = xmalloc((size_t)(t.num_rows + 1) * sizeof *v), *w = xmalloc((size_t)(t.num_rows + 1) * sizeof *w);
-        size_t k = 0;
-        for (int64_t r = 0; !rc && r < t.num_rows; r++) {
+        int state = csv_rows_col(&t, "state");
+        double *v = NULL, *w = NULL;
+        size_t k = 0, cap_v = 0, cap_w = 0;
+        for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+            if (more < 0) {
+                rc = -1;
+                break;
+            }
             bool empty;
             double x, wt = 1;
-            if (!counts(&t, state, r)) continue;
-            if ((rc = reduce_where(o->where, &t, r, &m, e)) || !m) continue;
-            if ((rc = reduce_field_number(&f, &t, r, &x, &empty, e)) || empty) continue;
-            if (wcol >= 0 && parse_f64(csv_table_at(&t, r, wcol), &wt))
-                rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_table_line(r), o->weight,
-                              csv_table_at(&t, r, wcol));
+            if (!counts(&t, state)) continue;
+            if ((rc = reduce_where(o->where, &t, &m, e)) || !m) continue;
+            if ((rc = reduce_field_number(&f, &t, &x, &empty, e)) || empty) continue;
+            if (wcol >= 0 && parse_f64(csv_rows_at(&t, wcol), &wt))
+                rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), o->weight,
+                              csv_rows_at(&t, wcol));
             if (rc || wt <= 0) continue;
+            grow_array((void **)&v, sizeof *v, &cap_v, k + 1);
+            grow_array((void **)&w, sizeof *w, &cap_w, k + 1);
             v[k] = x * o->scale;
             w[k++] = wt;
         }
@@ -332,7 +334,7 @@ int reduce_cdf(FILE *out, const char *metric, const char *const *labels, const c
         }
         free(v);
         free(w);
-        csv_table_free(&t);
+        csv_rows_close(&t);
         if (rc) return -1;
     }
     return 0;
@@ -351,9 +353,9 @@ static int cmp_group(const void *a, const void *b) { return strcmp(((const group
 int reduce_group(FILE *out, const char *file, const char *gspec, const char *const *metrics, int nm,
                  const reduce_group_options *o, terr *e)
 {
-    csv_table t;
-    if (csv_table_load(&t, file, e)) return -1;
-    int rc = 0, state = csv_table_col(&t, "state");
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    int rc = 0, state = csv_rows_col(&t, "state");
     reduce_field g = {0}, *f = xcalloc((size_t)nm, sizeof *f);
     bool one = !strcmp(gspec, "-");
     if (one) snprintf(g.name, sizeof g.name, "group");
@@ -361,12 +363,16 @@ int reduce_group(FILE *out, const char *file, const char *gspec, const char *con
     for (int j = 0; !rc && j < nm; j++) rc = reduce_field_init(&f[j], metrics[j], &t, e);
     group *gs = NULL;
     size_t ng = 0, cap = 0;
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
-        if (!counts(&t, state, r)) continue;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        if (!counts(&t, state)) continue;
         char key[1024];
         if (one) snprintf(key, sizeof key, "all");
-        else if (g.expr) rc = reduce_eval(g.expr, &t, r, key, sizeof key, e);
-        else snprintf(key, sizeof key, "%s", csv_table_at(&t, r, g.col));
+        else if (g.expr) rc = reduce_eval(g.expr, &t, key, sizeof key, e);
+        else snprintf(key, sizeof key, "%s", csv_rows_at(&t, g.col));
         size_t i = 0;
         while (i < ng && strcmp(gs[i].key, key)) i++;
         if (i == ng) {
@@ -376,7 +382,7 @@ int reduce_group(FILE *out, const char *file, const char *gspec, const char *con
         for (int j = 0; !rc && j < nm; j++) {
             double x;
             bool empty;
-            if ((rc = reduce_field_number(&f[j], &t, r, &x, &empty, e)) || empty) continue;
+            if ((rc = reduce_field_number(&f[j], &t, &x, &empty, e)) || empty) continue;
             samples_add(&gs[i].m[j], x);
         }
     }
@@ -411,7 +417,7 @@ int reduce_group(FILE *out, const char *file, const char *gspec, const char *con
     }
     free(gs);
     free(f);
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return rc;
 }
 
@@ -422,19 +428,19 @@ static const char *const step_cols[S_NUM] = {"start_s", "duration_ms", "kv_usage
                                             "num_waiting", "prefill_tokens", "decode_tokens", "num_preemptions"};
 
 /* The columns of a steps.csv, with a message that says so when one is missing. */
-static int step_columns(const csv_table *t, int *c, terr *e)
+static int step_columns(const csv_rows *t, int *c, terr *e)
 {
     for (int k = 0; k < S_NUM; k++)
-        if ((c[k] = csv_table_col(t, step_cols[k])) < 0)
+        if ((c[k] = csv_rows_col(t, step_cols[k])) < 0)
             return terr_set(e, "%s has no column \"%s\" (not a steps.csv?)", t->path, step_cols[k]);
     return 0;
 }
 
-static int step_number(const csv_table *t, int64_t r, const int *c, int k, double *v, terr *e)
+static int step_number(const csv_rows *t, const int *c, int k, double *v, terr *e)
 {
-    const char *s = csv_table_at(t, r, c[k]);
+    const char *s = csv_rows_at(t, c[k]);
     if (parse_f64(s, v))
-        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_table_line(r), step_cols[k], s);
+        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_rows_line(t), step_cols[k], s);
     return 0;
 }
 
@@ -446,15 +452,19 @@ typedef struct bin_acc {
 int reduce_bin(FILE *out, const char *steps, double bin_s, double from_s, double to_s, terr *e)
 {
     if (!(bin_s > 0)) return terr_set(e, "--bin: the bin width must be > 0 seconds");
-    csv_table t;
-    if (csv_table_load(&t, steps, e)) return -1;
+    csv_rows t;
+    if (csv_rows_open(&t, steps, e)) return -1;
     int c[S_NUM], rc = step_columns(&t, c, e);
     bin_acc *b = NULL;
     size_t cap = 0;
     long last = -1;
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
         double x[S_NUM];
-        for (int k = 0; !rc && k < S_NUM; k++) rc = step_number(&t, r, c, k, &x[k], e);
+        for (int k = 0; !rc && k < S_NUM; k++) rc = step_number(&t, c, k, &x[k], e);
         if (rc || x[S_START] < from_s || (to_s >= 0 && x[S_START] >= to_s)) continue;
         long i = (long)((x[S_START] - from_s) / bin_s);
         if (i > last) {
@@ -491,7 +501,7 @@ int reduce_bin(FILE *out, const char *steps, double bin_s, double from_s, double
         }
     }
     free(b);
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return rc;
 }
 
@@ -508,16 +518,20 @@ int reduce_bin(FILE *out, const char *steps, double bin_s, double from_s, double
  */
 int reduce_itl(FILE *out, const char *steps, bool v0, terr *e)
 {
-    csv_table t;
-    if (csv_table_load(&t, steps, e)) return -1;
+    csv_rows t;
+    if (csv_rows_open(&t, steps, e)) return -1;
     int c[S_NUM], rc = step_columns(&t, c, e);
     double *pend_end = NULL, *pend_n = NULL, last_end = 0;
     size_t np = 0, cap1 = 0, cap2 = 0;
     bool have_last = false;
     if (!rc) fprintf(out, "itl_ms,tokens\n");
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
         double x[S_NUM];
-        for (int k = 0; !rc && k < S_NUM; k++) rc = step_number(&t, r, c, k, &x[k], e);
+        for (int k = 0; !rc && k < S_NUM; k++) rc = step_number(&t, c, k, &x[k], e);
         if (rc) break;
         double d = x[S_DUR], end = x[S_START] * 1000 + d, dec = x[S_DEC_TOK];
         if (!v0) {
@@ -543,7 +557,7 @@ int reduce_itl(FILE *out, const char *steps, bool v0, terr *e)
     }
     free(pend_end);
     free(pend_n);
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return rc;
 }
 
@@ -558,8 +572,8 @@ static void put_field(FILE *out, const char *s)
 int reduce_select(FILE *out, const char *file, const char *const *adds, int na, const char *where, const char *keep,
                   terr *e)
 {
-    csv_table t;
-    if (csv_table_load(&t, file, e)) return -1;
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
     int rc = 0;
     reduce_field *f = xcalloc((size_t)na + 1, sizeof *f);
     for (int j = 0; !rc && j < na; j++) {
@@ -567,7 +581,6 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
         else rc = reduce_field_init(&f[j], adds[j], &t, e);
     }
     bool m;
-    if (!rc && where && t.num_rows) rc = reduce_where(where, &t, 0, &m, e);
     /* the output columns: >= 0 a column of the file, < 0 derived column -1 - j */
     int *outc = NULL, no = 0;
     size_t cap = 0;
@@ -582,7 +595,7 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
             bool found = false;
             for (int j = 0; !found && j < na; j++)
                 if (!strcmp(f[j].name, name)) c = -1 - j, found = true;
-            if (!found) found = (c = csv_table_col(&t, name)) >= 0;
+            if (!found) found = (c = csv_rows_col(&t, name)) >= 0;
             if (!found) rc = terr_set(e, "--keep: %s has no column \"%s\"", file, name);
             grow_array((void **)&outc, sizeof *outc, &cap, (size_t)no + 1);
             outc[no++] = c;
@@ -597,22 +610,26 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
     if (!rc) {
         for (int k = 0; k < no; k++) {
             if (k) fputc(',', out);
-            put_field(out, outc[k] >= 0 ? csv_table_name(&t, outc[k]) : f[-1 - outc[k]].name);
+            put_field(out, outc[k] >= 0 ? csv_rows_name(&t, outc[k]) : f[-1 - outc[k]].name);
         }
         fputc('\n', out);
     }
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
-        if ((rc = reduce_where(where, &t, r, &m, e)) || !m) continue;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        if ((rc = reduce_where(where, &t, &m, e)) || !m) continue;
         for (int k = 0; !rc && k < no; k++) {
             char buf[1024];
             if (k) fputc(',', out);
-            if (outc[k] >= 0) put_field(out, csv_table_at(&t, r, outc[k]));
-            else if (!(rc = reduce_eval(f[-1 - outc[k]].expr, &t, r, buf, sizeof buf, e))) put_field(out, buf);
+            if (outc[k] >= 0) put_field(out, csv_rows_at(&t, outc[k]));
+            else if (!(rc = reduce_eval(f[-1 - outc[k]].expr, &t, buf, sizeof buf, e))) put_field(out, buf);
         }
         fputc('\n', out);
     }
     free(outc);
     free(f);
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return rc;
 }

@@ -35,13 +35,13 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cli/csv_table.h"
+#include "cli/csv_rows.h"
 #include "core/util.h"
 
 /* Evaluates expr on row r of t into buf. */
-int reduce_eval(const char *expr, const csv_table *t, int64_t r, char *buf, size_t n, terr *e);
+int reduce_eval(const char *expr, const csv_rows *t, char *buf, size_t n, terr *e);
 /* Whether row r meets every '&'-joined condition of where (NULL or "": every row). */
-int reduce_where(const char *where, const csv_table *t, int64_t r, bool *match, terr *e);
+int reduce_where(const char *where, const csv_rows *t, bool *match, terr *e);
 
 /* A column of a table (`ttft_ms`) or a derived one (`NAME=EXPR`). */
 typedef struct reduce_field {
@@ -49,9 +49,9 @@ typedef struct reduce_field {
     const char *expr; /* NULL: the column `col` itself */
     int col;
 } reduce_field;
-int reduce_field_init(reduce_field *f, const char *spec, const csv_table *t, terr *e);
+int reduce_field_init(reduce_field *f, const char *spec, const csv_rows *t, terr *e);
 /* The field's value as a number; *empty when it is empty (then *v is NAN). */
-int reduce_field_number(const reduce_field *f, const csv_table *t, int64_t r, double *v, bool *empty, terr *e);
+int reduce_field_number(const reduce_field *f, const csv_rows *t, double *v, bool *empty, terr *e);
 
 typedef struct reduce_cdf_options {
     const char *where;  /* only rows meeting these conditions (NULL: all) */

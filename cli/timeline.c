@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/csv_table.h"
+#include "cli/csv_rows.h"
 
 enum { PID_STEPS = 1, PID_REQUESTS = 2 };
 
@@ -55,19 +55,19 @@ static json_t *num_json(const char *s)
 }
 
 /* Column numbers of names in t (all of them must be there). */
-static int columns(const csv_table *t, const char *const *names, int n, int *c, terr *e)
+static int columns(const csv_rows *t, const char *const *names, int n, int *c, terr *e)
 {
     for (int k = 0; k < n; k++)
-        if ((c[k] = csv_table_need(t, names[k], e)) < 0) return -1;
+        if ((c[k] = csv_rows_need(t, names[k], e)) < 0) return -1;
     return 0;
 }
 
-static int number(const csv_table *t, int64_t r, int c, double *v, terr *e)
+static int number(const csv_rows *t, int c, double *v, terr *e)
 {
-    const char *s = csv_table_at(t, r, c);
+    const char *s = csv_rows_at(t, c);
     if (parse_f64(s, v))
-        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_table_line(r),
-                        csv_table_name(t, c), s);
+        return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_rows_line(t),
+                        csv_rows_name(t, c), s);
     return 0;
 }
 
@@ -83,38 +83,42 @@ static int write_steps(writer *w, const char *path, timeline_counts *n, terr *e)
                                        "decode_tokens", "num_prefill_seqs", "num_decode_seqs", "num_running",
                                        "num_waiting", "kv_usage", "num_preemptions"};
     enum { C_STEP, C_START, C_DUR, C_FIRST_ARG };
-    csv_table t;
-    if (csv_table_load(&t, path, e)) return -1;
+    csv_rows t;
+    if (csv_rows_open(&t, path, e)) return -1;
     int c[ARRAY_LEN(cols)], rc = columns(&t, cols, (int)ARRAY_LEN(cols), c, e);
     if (!rc) {
         meta(w, "process_name", PID_STEPS, 0, "name", json_string("steps"));
         meta(w, "process_sort_index", PID_STEPS, 0, "sort_index", json_integer(0));
         meta(w, "thread_name", PID_STEPS, 0, "name", json_string("model steps"));
     }
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
         double start, dur;
-        if ((rc = number(&t, r, c[C_START], &start, e)) || (rc = number(&t, r, c[C_DUR], &dur, e))) break;
+        if ((rc = number(&t, c[C_START], &start, e)) || (rc = number(&t, c[C_DUR], &dur, e))) break;
         json_t *args = json_object();
         for (size_t k = C_FIRST_ARG; k < ARRAY_LEN(cols); k++)
-            json_object_set_new(args, cols[k], num_json(csv_table_at(&t, r, c[k])));
+            json_object_set_new(args, cols[k], num_json(csv_rows_at(&t, c[k])));
         char name[64];
-        snprintf(name, sizeof name, "step %s", csv_table_at(&t, r, c[C_STEP]));
-        const char *pre = csv_table_at(&t, r, c[4]), *dec = csv_table_at(&t, r, c[5]);
+        snprintf(name, sizeof name, "step %s", csv_rows_at(&t, c[C_STEP]));
+        const char *pre = csv_rows_at(&t, c[4]), *dec = csv_rows_at(&t, c[5]);
         const char *cat = strcmp(pre, "0") ? (strcmp(dec, "0") ? "mixed" : "prefill") : "decode";
         span(w, PID_STEPS, 0, name, cat, start, start + dur / 1000, args);
         /* counters: the viewers draw each name as a track of its own */
         json_t *ev = json_pack("{s:s, s:s, s:i, s:I}", "name", "KV cache usage", "ph", "C", "pid", PID_STEPS, "ts",
                                (json_int_t)llround(start * 1e6));
-        json_object_set_new(ev, "args", json_pack("{s:o}", "kv_usage", num_json(csv_table_at(&t, r, c[10]))));
+        json_object_set_new(ev, "args", json_pack("{s:o}", "kv_usage", num_json(csv_rows_at(&t, c[10]))));
         emit(w, ev);
         ev = json_pack("{s:s, s:s, s:i, s:I}", "name", "requests", "ph", "C", "pid", PID_STEPS, "ts",
                        (json_int_t)llround(start * 1e6));
-        json_object_set_new(ev, "args", json_pack("{s:o, s:o}", "running", num_json(csv_table_at(&t, r, c[8])),
-                                                  "waiting", num_json(csv_table_at(&t, r, c[9]))));
+        json_object_set_new(ev, "args", json_pack("{s:o, s:o}", "running", num_json(csv_rows_at(&t, c[8])),
+                                                  "waiting", num_json(csv_rows_at(&t, c[9]))));
         emit(w, ev);
         n->steps++;
     }
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return rc;
 }
 
@@ -135,33 +139,37 @@ static int cmp_pspan(const void *a, const void *b)
 static int read_preemptions(const char *path, pspan **out, size_t *num, terr *e)
 {
     static const char *const cols[] = {"time_s", "id", "event"};
-    csv_table t;
+    csv_rows t;
     *out = NULL;
     *num = 0;
-    if (csv_table_load(&t, path, e)) return -1;
+    if (csv_rows_open(&t, path, e)) return -1;
     int c[3], rc = columns(&t, cols, 3, c, e);
     size_t cap = 0;
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
         double time, idf;
-        if ((rc = number(&t, r, c[0], &time, e)) || (rc = number(&t, r, c[1], &idf, e))) break;
+        if ((rc = number(&t, c[0], &time, e)) || (rc = number(&t, c[1], &idf, e))) break;
         int64_t id = (int64_t)idf;
-        const char *ev = csv_table_at(&t, r, c[2]);
+        const char *ev = csv_rows_at(&t, c[2]);
         if (!strcmp(ev, "resumed")) {
             size_t k = *num;
             while (k > 0 && (*out)[k - 1].id != id) k--;
             if (k == 0 || !isnan((*out)[k - 1].to))
                 rc = terr_set(e, "%s:%lld: request %lld resumed without being preempted", path,
-                              (long long)csv_table_line(r), (long long)id);
+                              (long long)csv_rows_line(&t), (long long)id);
             else (*out)[k - 1].to = time;
         } else if (!strcmp(ev, "preempted") || !strcmp(ev, "swapped")) {
             grow_array((void **)out, sizeof **out, &cap, *num + 1);
             (*out)[(*num)++] = (pspan){id, time, NAN, ev[0] == 's'};
         } else {
             rc = terr_set(e, "%s:%lld: unknown event \"%s\" (preempted, swapped or resumed)", path,
-                          (long long)csv_table_line(r), ev);
+                          (long long)csv_rows_line(&t), ev);
         }
     }
-    csv_table_free(&t);
+    csv_rows_close(&t);
     if (!rc) qsort(*out, *num, sizeof **out, cmp_pspan);
     return rc;
 }
@@ -173,20 +181,24 @@ static int write_requests(writer *w, const char *path, const pspan *ps, size_t n
                                        "preemptions", "priority",      "ttft_ms",           "e2el_ms",
                                        "reject_reason"};
     enum { C_ID, C_ARR, C_SCHED, C_FIRST, C_FIN, C_STATE, C_FIRST_ARG };
-    csv_table t;
-    if (csv_table_load(&t, path, e)) return -1;
+    csv_rows t;
+    if (csv_rows_open(&t, path, e)) return -1;
     int c[ARRAY_LEN(cols)], rc = columns(&t, cols, (int)ARRAY_LEN(cols), c, e);
     if (!rc) {
         meta(w, "process_name", PID_REQUESTS, 0, "name", json_string("requests"));
         meta(w, "process_sort_index", PID_REQUESTS, 0, "sort_index", json_integer(1));
     }
-    for (int64_t r = 0; !rc && r < t.num_rows; r++) {
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
         double idf, arr, fin = NAN, sched = NAN, first = NAN;
-        if ((rc = number(&t, r, c[C_ID], &idf, e)) || (rc = number(&t, r, c[C_ARR], &arr, e))) break;
-        if (*csv_table_at(&t, r, c[C_FIN]) && (rc = number(&t, r, c[C_FIN], &fin, e))) break;
+        if ((rc = number(&t, c[C_ID], &idf, e)) || (rc = number(&t, c[C_ARR], &arr, e))) break;
+        if (*csv_rows_at(&t, c[C_FIN]) && (rc = number(&t, c[C_FIN], &fin, e))) break;
         if (isnan(fin)) fin = arr; /* rejected on arrival: an empty span, its reason in args */
-        if (*csv_table_at(&t, r, c[C_SCHED]) && (rc = number(&t, r, c[C_SCHED], &sched, e))) break;
-        if (*csv_table_at(&t, r, c[C_FIRST]) && (rc = number(&t, r, c[C_FIRST], &first, e))) break;
+        if (*csv_rows_at(&t, c[C_SCHED]) && (rc = number(&t, c[C_SCHED], &sched, e))) break;
+        if (*csv_rows_at(&t, c[C_FIRST]) && (rc = number(&t, c[C_FIRST], &first, e))) break;
         long long id = (long long)idf;
         char name[64];
         snprintf(name, sizeof name, "request %lld", id);
@@ -194,8 +206,8 @@ static int write_requests(writer *w, const char *path, const pspan *ps, size_t n
         meta(w, "thread_sort_index", PID_REQUESTS, id, "sort_index", json_integer(id));
         json_t *args = json_object();
         for (size_t k = C_FIRST_ARG; k < ARRAY_LEN(cols); k++)
-            if (*csv_table_at(&t, r, c[k])) json_object_set_new(args, cols[k], num_json(csv_table_at(&t, r, c[k])));
-        const char *state = csv_table_at(&t, r, c[C_STATE]);
+            if (*csv_rows_at(&t, c[k])) json_object_set_new(args, cols[k], num_json(csv_rows_at(&t, c[k])));
+        const char *state = csv_rows_at(&t, c[C_STATE]);
         span(w, PID_REQUESTS, id, name, state, arr, fin, args);
         /* phases: each ends where the next begins; a rejected request only queued */
         double q_end = isnan(sched) ? fin : sched;
@@ -216,7 +228,7 @@ static int write_requests(writer *w, const char *path, const pspan *ps, size_t n
         }
         n->requests++;
     }
-    csv_table_free(&t);
+    csv_rows_close(&t);
     return rc;
 }
 
