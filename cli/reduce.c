@@ -184,6 +184,83 @@ static int eval_text(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *
     return 0;
 }
 
+/* Whether the column named s[0..n) exists (e set when not). */
+static int check_column(const csv_rows *t, const char *s, size_t n, terr *e)
+{
+    char name[256];
+    trim(&s, &n);
+    snprintf(name, sizeof name, "%.*s", (int)n, s);
+    return csv_rows_need(t, name, e) < 0 ? -1 : 0;
+}
+
+/* The column a condition names: before its operator. */
+static int check_cond(const char *c, size_t n, const csv_rows *t, terr *e)
+{
+    size_t i = 0;
+    while (i < n && !strchr("=!~<>", c[i])) i++;
+    if (i == n || i == 0) return terr_set(e, "condition \"%.*s\": expected COL=VALUE, COL!=VALUE, COL~TEXT or a comparison", (int)n, c);
+    return check_column(t, c, i, e);
+}
+
+/* Checks every column an expression names, in every branch, before any row is read: a typo is
+ * an error even when no row would have reached it. */
+static int check_text(const char *s, size_t n, const csv_rows *t, terr *e)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '}') return terr_set(e, "\"%.*s\": a '}' without its '{'", (int)n, s);
+        if (s[i] != '{') continue;
+        int depth = 0;
+        size_t j = i;
+        for (; j < n; j++) {
+            if (s[j] == '{') depth++;
+            else if (s[j] == '}' && --depth == 0) break;
+        }
+        if (j == n) return terr_set(e, "\"%.*s\": a '{' without its '}'", (int)n, s);
+        const char *c = s + i + 1;
+        size_t cn = j - i - 1;
+        long q = find_top(c, cn, '?');
+        if (q >= 0) {
+            const char *rest = c + q + 1;
+            size_t rn = cn - (size_t)q - 1;
+            long k = find_top(rest, rn, ':');
+            if (k < 0) return terr_set(e, "\"{%.*s}\": a condition needs ?THEN:ELSE", (int)cn, c);
+            if (check_cond(c, (size_t)q, t, e) || check_text(rest, (size_t)k, t, e) ||
+                check_text(rest + k + 1, rn - (size_t)k - 1, t, e))
+                return -1;
+        } else if (memchr(c, '/', cn) || memchr(c, '*', cn)) {
+            for (size_t a = 0; a <= cn;) {
+                size_t end = a;
+                while (end < cn && c[end] != '*' && c[end] != '/') end++;
+                char tmp[256];
+                double x;
+                const char *term = c + a;
+                size_t tn = end - a;
+                trim(&term, &tn);
+                snprintf(tmp, sizeof tmp, "%.*s", (int)tn, term);
+                if (parse_f64(tmp, &x) && check_column(t, term, tn, e)) return -1;
+                a = end + 1;
+            }
+        } else if (check_column(t, c, cn, e)) {
+            return -1;
+        }
+        i = j;
+    }
+    return 0;
+}
+
+int reduce_check_where(const char *where, const csv_rows *t, terr *e)
+{
+    if (!where) return 0;
+    size_t n = strlen(where);
+    for (size_t a = 0; a < n;) {
+        const char *amp = memchr(where + a, '&', n - a);
+        size_t end = amp ? (size_t)(amp - where) : n;
+        if (check_cond(where + a, end - a, t, e)) return -1;
+        a = end + 1;
+    }
+    return 0;
+}
+
 static int eval_digits(const char *expr, const csv_rows *t, char *buf, size_t n, int digits, terr *e)
 {
     sbuf b = {buf, 0, n, digits};
@@ -224,7 +301,7 @@ int reduce_field_init(reduce_field *f, const char *spec, const csv_rows *t, terr
         snprintf(f->name, sizeof f->name, "%.*s", (int)(eq - spec), spec);
         f->expr = eq + 1;
         if (!*f->name) return terr_set(e, "\"%s\": NAME=EXPR wants a name", spec);
-        return 0;
+        return check_text(f->expr, strlen(f->expr), t, e);
     }
     snprintf(f->name, sizeof f->name, "%s", spec);
     f->col = csv_rows_need(t, spec, e);
@@ -305,6 +382,7 @@ int reduce_cdf(FILE *out, const char *metric, const char *const *labels, const c
         reduce_field f;
         int wcol = -1, rc = reduce_field_init(&f, metric, &t, e);
         if (!rc && o->weight) rc = (wcol = csv_rows_need(&t, o->weight, e)) < 0 ? -1 : 0;
+        if (!rc) rc = reduce_check_where(o->where, &t, e);
         bool m;
         int state = csv_rows_col(&t, "state");
         double *v = NULL, *w = NULL;
@@ -580,6 +658,7 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
         if (!strchr(adds[j], '=')) rc = terr_set(e, "\"%s\": a derived column is NAME=EXPR", adds[j]);
         else rc = reduce_field_init(&f[j], adds[j], &t, e);
     }
+    if (!rc) rc = reduce_check_where(where, &t, e);
     bool m;
     /* the output columns: >= 0 a column of the file, < 0 derived column -1 - j */
     int *outc = NULL, no = 0;

@@ -38,10 +38,12 @@
 #include "cli/csv_rows.h"
 #include "core/util.h"
 
-/* Evaluates expr on row r of t into buf. */
+/* Evaluates expr on the current row of t into buf. */
 int reduce_eval(const char *expr, const csv_rows *t, char *buf, size_t n, terr *e);
-/* Whether row r meets every '&'-joined condition of where (NULL or "": every row). */
+/* Whether the current row meets every '&'-joined condition of where (NULL or "": every row). */
 int reduce_where(const char *where, const csv_rows *t, bool *match, terr *e);
+/* Checks, from the header alone, that every column where names exists. */
+int reduce_check_where(const char *where, const csv_rows *t, terr *e);
 
 /* A column of a table (`ttft_ms`) or a derived one (`NAME=EXPR`). */
 typedef struct reduce_field {
@@ -49,6 +51,8 @@ typedef struct reduce_field {
     const char *expr; /* NULL: the column `col` itself */
     int col;
 } reduce_field;
+/* Sets f from spec; every column it names (in every branch of an expression) must be in t's
+ * header, else -1 with e naming it. */
 int reduce_field_init(reduce_field *f, const char *spec, const csv_rows *t, terr *e);
 /* The field's value as a number; *empty when it is empty (then *v is NAN). */
 int reduce_field_number(const reduce_field *f, const csv_rows *t, double *v, bool *empty, terr *e);

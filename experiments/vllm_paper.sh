@@ -90,8 +90,10 @@ EOF
     reduce
 }
 
-# system LABEL of a results row: orca's reservation is part of the system
+# system LABEL of a results row: orca's reservation is part of the system (the paged sweep has
+# no orca-reserve column, and tandem reduce refuses an expression naming a missing column)
 SYSTEM='system={scheduling-policy=orca?orca ({orca-reserve}):{scheduling-policy}}'
+SYSTEM_PAGED='system={scheduling-policy}'
 
 reduce() {
     local setting lengths util rates base s first=1 first_cap=1
@@ -100,9 +102,10 @@ reduce() {
     while IFS=: read -r setting lengths util rates; do
         base=$(trace_rate "$RAW/${lengths}_poisson.csv")
         for s in paged orca; do
+            local system=$SYSTEM; [ $s = paged ] && system=$SYSTEM_PAGED
             # results.csv rows + the rate, the system and the setting, then the normalized
             # latency of every point from its requests.csv
-            "$BIN" reduce select "rate={$base/time-scale}" "$SYSTEM" "setting=$setting" \
+            "$BIN" reduce select "rate={$base/time-scale}" "$system" "setting=$setting" \
                 --keep setting,system,rate,time-scale,request_throughput,output_throughput,mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,mean_e2el_ms,p99_e2el_ms,num_preemptions,mean_batch_size,mean_kv_usage,peak_kv_usage,id \
                 "$RAW/${setting}_$s/results.csv" > "$RAW/rows.csv"
             points_group_stats "$RAW/${setting}_$s/points" - \

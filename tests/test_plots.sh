@@ -87,6 +87,8 @@ expect_error "group by a missing column" priority "$BIN" reduce group "$TMP/w.cs
 expect_error "bin on a non-steps file" steps.csv "$BIN" reduce bin "$TMP/q.csv"
 expect_error "unbalanced braces" "'{'" "$BIN" reduce select 'a={x' "$TMP/q.csv"
 expect_error "a non-number in arithmetic" '"vllm" is not a number' "$BIN" reduce select 'a={p/2}' "$TMP/q.csv"
+expect_error "a typo in a branch no row takes" typo "$BIN" reduce select 'a={p=none?{typo}:{p}}' "$TMP/q.csv"
+expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'nocol=1' "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
 printf 'a,b\n1,2\n3\n' > "$TMP/short.csv"
