@@ -229,17 +229,15 @@ static int plot_runs(figure_set *fs, const char *const *dirs, const char *const 
         }
     }
     if (draw(fs, "cdf.gp", "latency_cdf", NULL, 0, cdf_args, nargs, e)) return -1;
-    if (all_steps) {
-        /* the ITL tail: the fraction of decode tokens that waited longer than x, on a log scale */
-        const char *itl_args[] = {"inter-token latency: the tail (stalls behind prefills, preemptions)", data[3],
-                                  xlabel[3]};
-        const char *sets[] = {"ccdf=1", "ymin=1e-4", "what=\"decode tokens\"", "key=\"below\""};
-        if (draw(fs, "cdf.gp", "itl_ccdf", sets, 4, itl_args, 3, e)) return -1;
-    }
     if (!all_steps) {
-        if (!fs->quiet) printf("  (no steps.csv in every run: no ITL panel, no over_time figure)\n");
+        if (!fs->quiet) printf("  (a run without steps.csv: no itl_ccdf or over_time figure)\n");
         return 0;
     }
+    /* the ITL tail: the fraction of decode tokens that waited longer than x, on a log scale */
+    const char *itl_args[] = {"inter-token latency: the tail (stalls behind prefills, preemptions)", data[3],
+                              xlabel[3]};
+    const char *ccdf_sets[] = {"ccdf=1", "ymin=1e-4", "what=\"decode tokens\"", "key=\"below\""};
+    if (draw(fs, "cdf.gp", "itl_ccdf", ccdf_sets, 4, itl_args, 3, e)) return -1;
 
     /* over time: bins of a round width, about 200 over the longest run */
     double span = 0;

@@ -2,8 +2,9 @@
  * metrics.h: what a run measured, in vLLM's terms.
  *
  * The serving loop reports each request when it ends (finished or rejected), each inter-token
- * gap, and each step. Rows stream to DIR/requests.csv (in the order requests end) and
- * DIR/steps.csv as they happen, so memory holds only the latency samples the summary needs.
+ * gap, and each step. Rows stream to DIR/requests.csv (in the order requests end),
+ * DIR/steps.csv and DIR/preemptions.csv (core/preempt_log.h) as they happen, so memory holds
+ * only the latency samples the summary needs.
  * At the end, summary.json carries the keys of `vllm bench serve`'s result file (completed,
  * duration, request_throughput, output_throughput, total_token_throughput, mean_/median_/std_/
  * p99_ of ttft_ms, tpot_ms, itl_ms, e2el_ms, request_goodput) plus tandem's own (num_rejected,
