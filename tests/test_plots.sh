@@ -10,6 +10,8 @@
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
 #   figure_scripts_write_png_and_svg    vs_x.gp, cdf.gp, timeseries.gp
 #   plot_draws_runs_and_sweeps          tandem plot on two runs and on a sweep
+#   preemptions_csv_matches_requests    per request, preempted/swapped rows = requests.csv's
+#                                       preemptions, each resumed before the request finished
 set -uo pipefail
 BIN=${TANDEM_BIN:-build/tandem}
 TMP=$(mktemp -d)
@@ -96,6 +98,23 @@ expect_error "a short row" "short.csv:3" "$BIN" reduce select "$TMP/short.csv"
 mkdir -p "$TMP/empty"
 expect_error "plot on a folder that is not a run" "$TMP/empty: neither a run" "$BIN" plot "$TMP/empty" --out "$TMP/figs"
 expect_error "plot on no folder" "no such folder" "$BIN" plot "$TMP/nothere" --out "$TMP/figs"
+
+# preemptions_csv_matches_requests (recompute and swap, in a KV cache small enough to preempt)
+for mode in recompute swap; do
+    "$BIN" sim --trace traces/samples/azure_conv_2023.csv --max-requests 300 --time-scale 0.2 \
+        --num-gpu-blocks-override 200 --preemption-mode $mode --out "$TMP/p_$mode" --quiet ||
+        { fail preemptions_csv_matches_requests "tandem sim --preemption-mode $mode failed"; continue; }
+    msg=$(awk -F, -v mode=$mode '
+        FNR == 1 { file++; next }
+        file == 1 { if ($4 == "resumed") { if (!open[$3]) bad = bad " resumed " $3 " not preempted"; open[$3] = 0 }
+                    else { n[$3]++; open[$3] = 1; if ($4 != (mode == "swap" ? "swapped" : "preempted")) other++ } next }
+        { want = $8; got = n[$1] + 0; total += want
+          if (got != want) bad = bad sprintf(" request %s: %d rows, preemptions %d;", $1, got, want)
+          if ($13 == "finished" && open[$1]) bad = bad " request " $1 " finished while preempted;" }
+        END { if (!total) bad = bad " no preemption at all"; if (other) bad = bad " " other " rows of the other mode"; print bad }' \
+        "$TMP/p_$mode/preemptions.csv" "$TMP/p_$mode/requests.csv")
+    [ -z "$msg" ] || fail preemptions_csv_matches_requests "$mode:${msg:0:300}"
+done
 
 if ! command -v gnuplot >/dev/null; then
     echo "test_plots: gnuplot not found, figures not tested"
