@@ -21,5 +21,6 @@ int reduce_group_main(int argc, char **argv);
 int reduce_bin_main(int argc, char **argv);
 int reduce_itl_main(int argc, char **argv);
 int reduce_select_main(int argc, char **argv);
+int reduce_cross_main(int argc, char **argv);
 
 #endif

@@ -712,3 +712,102 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
     csv_rows_close(&t);
     return rc;
 }
+
+/* ---- cross ----------------------------------------------------------------------------------- */
+
+typedef struct cross_group {
+    char *key;          /* the BY columns' values, comma-joined */
+    double *x, *y;      /* (n) the group's rows in file order */
+    char **x_text;      /* (n) x as written, for "<X" and ">X" */
+    size_t n, cap_x, cap_y, cap_t;
+} cross_group;
+
+int reduce_cross(FILE *out, const char *file, const char *xcol, const char *ycol, const char *at, const char *by,
+                 const char *suffix, terr *e)
+{
+    double targets[32];
+    int nt = 0;
+    for (const char *s = at; s && *s && nt < 32;) {
+        char *end;
+        targets[nt] = strtod(s, &end);
+        if (end == s || (*end && *end != ',')) return terr_set(e, "--at: \"%s\" is not a list of numbers", at);
+        nt++;
+        s = *end ? end + 1 : end;
+    }
+    if (!nt) return terr_set(e, "--at: at least one target value of %s", ycol);
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    int cx = csv_rows_need(&t, xcol, e), cy = cx < 0 ? -1 : csv_rows_need(&t, ycol, e), rc = cy < 0 ? -1 : 0;
+    int cb[16], nb = 0;
+    for (const char *s = by; !rc && s && *s;) {
+        const char *comma = strchr(s, ',');
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(comma ? (size_t)(comma - s) : strlen(s)), s);
+        if (nb == 16) rc = terr_set(e, "--by: at most 16 columns");
+        else if ((cb[nb++] = csv_rows_need(&t, name, e)) < 0) rc = -1;
+        s = comma ? comma + 1 : s + strlen(s);
+    }
+    cross_group *g = NULL;
+    size_t ng = 0, cap = 0;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        char key[1024] = "";
+        size_t used = 0;
+        for (int k = 0; k < nb; k++)
+            used += (size_t)snprintf(key + used, used < sizeof key ? sizeof key - used : 0, "%s%s", k ? "," : "",
+                                     csv_rows_at(&t, cb[k]));
+        double x, y;
+        const char *xs = csv_rows_at(&t, cx), *ys = csv_rows_at(&t, cy);
+        if (parse_f64(xs, &x) || parse_f64(ys, &y)) {
+            rc = terr_set(e, "%s:%lld: %s \"%s\" or %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t),
+                          xcol, xs, ycol, ys);
+            break;
+        }
+        size_t i = 0;
+        while (i < ng && strcmp(g[i].key, key)) i++;
+        if (i == ng) {
+            grow_array((void **)&g, sizeof *g, &cap, ng + 1);
+            g[ng++] = (cross_group){.key = xstrdup(key)};
+        }
+        cross_group *q = &g[i];
+        grow_array((void **)&q->x, sizeof *q->x, &q->cap_x, q->n + 1);
+        grow_array((void **)&q->y, sizeof *q->y, &q->cap_y, q->n + 1);
+        grow_array((void **)&q->x_text, sizeof *q->x_text, &q->cap_t, q->n + 1);
+        q->x[q->n] = x;
+        q->y[q->n] = y;
+        q->x_text[q->n++] = xstrdup(xs);
+    }
+    if (!rc) {
+        for (int k = 0; k < nb; k++) fprintf(out, "%s,", csv_rows_name(&t, cb[k]));
+        for (int j = 0; j < nt; j++) fprintf(out, "%sknee_%s_at_%g%s", j ? "," : "", xcol, targets[j], suffix ? suffix : "");
+        fputc('\n', out);
+        for (size_t i = 0; i < ng; i++) {
+            cross_group *q = &g[i];
+            fprintf(out, "%s%s", q->key, nb ? "," : "");
+            for (int j = 0; j < nt; j++) {
+                double T = targets[j];
+                size_t k = 0;
+                while (k < q->n && q->y[k] <= T) k++;
+                if (j) fputc(',', out);
+                if (k == 0) fprintf(out, "<%s", q->x_text[0]);
+                else if (k == q->n) fprintf(out, ">%s", q->x_text[q->n - 1]);
+                else
+                    fprintf(out, "%.3g", q->x[k - 1] + (T - q->y[k - 1]) * (q->x[k] - q->x[k - 1]) / (q->y[k] - q->y[k - 1]));
+            }
+            fputc('\n', out);
+        }
+    }
+    for (size_t i = 0; i < ng; i++) {
+        for (size_t k = 0; k < g[i].n; k++) free(g[i].x_text[k]);
+        free(g[i].x_text);
+        free(g[i].x);
+        free(g[i].y);
+        free(g[i].key);
+    }
+    free(g);
+    csv_rows_close(&t);
+    return rc;
+}

@@ -9,6 +9,7 @@
  *   bin     a steps.csv cut into fixed time bins (busy fraction, KV usage, batch size, queue)
  *   itl     every inter-token latency of a run rebuilt from its steps.csv
  *   select  rows and columns of a CSV (a sweep's results.csv), with derived columns
+ *   cross   where a metric crosses targets against a swept value, per group (capacity knees)
  *
  * Key decision: one small expression language over a row's columns serves every command, so the
  * experiment scripts keep only orchestration. An expression (a derived column, a group, a
@@ -95,5 +96,13 @@ int reduce_itl(FILE *out, const char *steps, bool v0, terr *e);
  * as the columns keep (comma-separated; NULL: all, then the derived ones). */
 int reduce_select(FILE *out, const char *file, const char *const *adds, int num_adds, const char *where,
                   const char *keep, terr *e);
+
+/* Per group of rows (the values of the comma-separated columns by; NULL: one group), the x at
+ * which y first rises above each target of at (comma-separated numbers), linear between the last
+ * row at or below it and the first above, rows taken in file order: a knee, such as the highest
+ * request rate whose latency meets an SLO. "<X" when the first row is already above, ">X" when no
+ * row is. CSV: BY...,knee_X_at_T[suffix] for each target T. */
+int reduce_cross(FILE *out, const char *file, const char *x, const char *y, const char *at, const char *by,
+                 const char *suffix, terr *e);
 
 #endif

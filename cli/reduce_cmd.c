@@ -19,7 +19,7 @@
 #define MAX_POSITIONALS 256
 
 typedef struct reduce_options {
-    char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header;
+    char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header, *at, *by, *suffix;
     double scale, bin, from, to;
     int64_t points;
     bool no_header;
@@ -59,6 +59,13 @@ static const opt_spec itl_specs[] = {
 static const opt_spec select_specs[] = {
     {"where", OPT_STR, O(where), "", "only rows meeting these conditions, e.g. scheduling-policy=vllm|priority&time-scale=1"},
     {"keep", OPT_STR, O(keep), "", "write only these columns, in this order (comma-separated)"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec cross_specs[] = {
+    {"at", OPT_STR, O(at), "", "the target values of Y, comma-separated (e.g. 0.1,0.2,0.5)"},
+    {"by", OPT_STR, O(by), "", "one result per distinct value of these columns (comma-separated)"},
+    {"suffix", OPT_STR, O(suffix), "", "text appended to each output column's name (e.g. a unit)"},
     OUT_OPT,
     OPT_END,
 };
@@ -222,4 +229,22 @@ int reduce_select_main(int argc, char **argv)
                       "COL~TEXT (contains), COL<V, COL>=V, ...; --where joins several with &. Commas inside\n"
                       "fields are written as ';'.\n",
                       1, argc, argv, do_select);
+}
+
+static int do_cross(FILE *out, reduce_options *o, terr *e)
+{
+    if (o->npos != 3) return terr_set(e, "FILE X Y, not %d arguments", o->npos);
+    return reduce_cross(out, o->pos[0], o->pos[1], o->pos[2], o->at, opt_or_null(o->by), opt_or_null(o->suffix), e);
+}
+
+int reduce_cross_main(int argc, char **argv)
+{
+    return reduce_run("cross", cross_specs,
+                      "usage: tandem reduce cross FILE X Y --at T[,T...] [--by COL,COL] [--suffix TEXT] [--out FILE]\n\n"
+                      "Knees: per group of rows (--by), the X at which Y first rises above each target T,\n"
+                      "linear between the last row at or below T and the first above it, rows in file order\n"
+                      "(sorted by X, as a sweep's rows over a rate). \"<X\" when the first row is above T already,\n"
+                      "\">X\" when no row is: the capacity under an SLO, read off a sweep. CSV:\n"
+                      "BY...,knee_X_at_T[SUFFIX] for each T.\n",
+                      3, argc, argv, do_cross);
 }

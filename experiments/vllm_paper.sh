@@ -125,30 +125,8 @@ reduce() {
     # knees: per setting and system, the rate where the mean normalized latency crosses each
     # target (linear between the last rate at or below it and the first above; ">" when it
     # never crosses within the swept rates, "<" when the lowest rate already misses it)
-    awk -F, -v targets="0.1 $SLO 0.5" '
-    NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
-    {
-        k = $ix["setting"] SUBSEP $ix["system"]; if (!(k in n)) order[++nk] = k
-        n[k]++; r[k, n[k]] = $ix["rate"]; y[k, n[k]] = $ix["mean_norm_latency_s"]
-    }
-    END {
-        nt = split(targets, t, " ")
-        printf "setting,system"; for (j = 1; j <= nt; j++) printf ",knee_rate_at_%g_s_per_token", t[j]; print ""
-        for (q = 1; q <= nk; q++) {
-            k = order[q]; split(k, kk, SUBSEP); printf "%s,%s", kk[1], kk[2]
-            for (j = 1; j <= nt; j++) {
-                knee = ""
-                if (y[k, 1] > t[j]) knee = "<" r[k, 1]
-                else {
-                    for (i = 2; i <= n[k]; i++) if (y[k, i] > t[j]) break
-                    if (i > n[k]) knee = ">" r[k, n[k]]
-                    else knee = sprintf("%.3g", r[k, i - 1] + (t[j] - y[k, i - 1]) * (r[k, i] - r[k, i - 1]) / (y[k, i] - y[k, i - 1]))
-                }
-                printf ",%s", knee
-            }
-            print ""
-        }
-    }' "$RES/results.csv" > "$RES/knees.csv"
+    "$BIN" reduce cross "$RES/results.csv" rate mean_norm_latency_s --at "0.1,$SLO,0.5" --by setting,system \
+        --suffix _s_per_token > "$RES/knees.csv"
 }
 
 plot() {

@@ -7,6 +7,7 @@
 #   itl_matches_summary_v1 / _v0        ITLs rebuilt from steps.csv: p50/p99 = summary.json's
 #   cdf_is_a_cdf                        F rises to 1, the extremes are kept, weights count
 #   select_derives_and_filters          {a/b}, {cond?x:y}, --where with | and &, quoted values
+#   cross_finds_knees                   interpolated crossing, "<" and ">" per group
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
 #   figure_scripts_write_png_and_svg    vs_x.gp, cdf.gp, timeseries.gp
 #   plot_draws_runs_and_sweeps          tandem plot on two runs and on a sweep
@@ -77,6 +78,12 @@ got=$("$BIN" reduce group "$TMP/v1/requests.csv" 'len={prompt_tokens>=1000?long:
 want=$(awk -F, 'NR > 1 && $13 == "finished" { if ($6 >= 1000) l++; else s++ } END { printf "len,count long,%d short,%d ", l, s }' "$TMP/v1/requests.csv")
 [ "$got" = "$want" ] || fail select_derives_and_filters "group by expression: got '$got', want '$want'"
 
+# cross_finds_knees
+printf 'sys,rate,lat\na,1,0.1\na,2,0.3\na,3,0.9\nb,1,0.5\nb,2,0.6\n' > "$TMP/k.csv"
+got=$("$BIN" reduce cross "$TMP/k.csv" rate lat --at 0.2,0.55,1 --by sys | tr '\n' ' ')
+want="sys,knee_rate_at_0.2,knee_rate_at_0.55,knee_rate_at_1 a,1.5,2.42,>3 b,<1,1.5,>2 "
+[ "$got" = "$want" ] || fail cross_finds_knees "got '$got', want '$want'"
+
 # bad_input_is_an_error: exit 2 and the message names what is wrong
 expect_error() { # NAME WORD COMMAND...: exit 2 and WORD in the message
     local name=$1 word=$2; shift 2
@@ -91,6 +98,7 @@ expect_error "unbalanced braces" "'{'" "$BIN" reduce select 'a={x' "$TMP/q.csv"
 expect_error "a non-number in arithmetic" '"vllm" is not a number' "$BIN" reduce select 'a={p/2}' "$TMP/q.csv"
 expect_error "a typo in a branch no row takes" typo "$BIN" reduce select 'a={p=none?{typo}:{p}}' "$TMP/q.csv"
 expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'nocol=1' "$TMP/q.csv"
+expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
 printf 'a,b\n1,2\n3\n' > "$TMP/short.csv"
