@@ -15,5 +15,13 @@ int generate_main(int argc, char **argv);
 int profile_main(int argc, char **argv);
 int compare_main(int argc, char **argv);
 int search_main(int argc, char **argv);
+int plot_main(int argc, char **argv);
+int timeline_main(int argc, char **argv);
+int reduce_cdf_main(int argc, char **argv);
+int reduce_group_main(int argc, char **argv);
+int reduce_bin_main(int argc, char **argv);
+int reduce_itl_main(int argc, char **argv);
+int reduce_select_main(int argc, char **argv);
+int reduce_cross_main(int argc, char **argv);
 
 #endif

@@ -11,7 +11,7 @@
  * shape by the simulated run's cost model, per step class.
  *
  * With --out DIR: compare.json (every number), step_errors.csv, the CDF data of TTFT and E2E
- * (cdf_ttft.dat, cdf_e2el.dat, in plots/cdf_data.sh's format) and, when gnuplot is on PATH,
+ * (cdf_ttft.dat, cdf_e2el.dat, in `tandem reduce cdf`'s format) and, when gnuplot is on PATH,
  * the figures compare_steps.{png,svg} (plots/compare_steps.gp) and compare_cdf.{png,svg}
  * (plots/cdf.gp). Each file is written under a temporary name and renamed when complete.
  *
@@ -23,18 +23,17 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/compare.h"
+#include "cli/gnuplot.h"
+#include "cli/reduce.h"
 #include "core/options.h"
 
 typedef struct compare_options {
@@ -248,24 +247,6 @@ static int out_close(out_file *o, bool ok, terr *e)
     return ok ? terr_set(e, "%s: cannot write", o->path) : 0;
 }
 
-/* The empirical CDF of x as a gnuplot block (plots/cdf_data.sh's format: `"LABEL" "F"`, then
- * `value F` rows), cut to about 200 evenly spaced levels plus 50 over the top 1% so the tail is
- * exact; the smallest and largest values are kept. */
-static void write_cdf_block(FILE *f, const char *label, const char *what, samples *x)
-{
-    fprintf(f, "# %s: %s of %zu completed requests\n\"%s\" \"F\"\n", label, what, x->len, label);
-    if (!x->len) fprintf(f, "NaN NaN\n");
-    samples_percentile(x, 50); /* sorts */
-    int last = -1;
-    for (size_t r = 0; r < x->len; r++) {
-        if (r + 1 < x->len && x->v[r + 1] == x->v[r]) continue;
-        double F = (double)(r + 1) / (double)x->len;
-        int level = F < 0.99 ? (int)(F * 200) : 200 + (int)((F - 0.99) * 100 * 50);
-        if (r == 0 || r + 1 == x->len || level != last) fprintf(f, "%.6g %.6g\n", x->v[r], F);
-        last = level;
-    }
-}
-
 static int write_cdf(const char *dir, const char *name, const char *what, const run_results *m,
                      const run_results *s, bool e2el, terr *e)
 {
@@ -280,62 +261,13 @@ static int write_cdf(const char *dir, const char *name, const char *what, const 
             if (q->finished) samples_add(&x, e2el ? q->e2el_ms : q->ttft_ms);
         }
         if (k) fprintf(o.f, "\n\n");
-        write_cdf_block(o.f, labels[k], what, &x);
+        reduce_cdf_block(o.f, labels[k], what, x.v, NULL, NULL, x.len, 200);
         samples_free(&x);
     }
     return out_close(&o, true, e);
 }
 
 /* ---- figures --------------------------------------------------------------------------------- */
-
-/* plots/ of the checkout the binary was built in (build/tandem -> plots/), else ./plots. */
-static bool find_plots(char *buf, size_t n)
-{
-    char exe[4096];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    struct stat st;
-    if (k > 0) {
-        exe[k] = 0;
-        snprintf(buf, n, "%s/plots", dirname(dirname(exe)));
-        char probe[4300];
-        snprintf(probe, sizeof probe, "%s/compare_steps.gp", buf);
-        if (!stat(probe, &st)) return true;
-    }
-    snprintf(buf, n, "plots");
-    return !stat("plots/compare_steps.gp", &st);
-}
-
-/* Runs gnuplot -c SCRIPT PREFIX.tmp ARGS... and renames PREFIX.tmp.{png,svg} to NAME.{png,svg}.
- * Returns 0, 1 when gnuplot is not installed, -1 when it failed (e set). */
-static int draw(const char *plots, const char *script, const char *dir, const char *name, char **args, int nargs,
-                terr *e)
-{
-    char gp[4200], prefix[4200];
-    snprintf(gp, sizeof gp, "%s/%s", plots, script);
-    snprintf(prefix, sizeof prefix, "%s/.%s.tmp", dir, name);
-    char *argv[16] = {"gnuplot", "-c", gp, prefix};
-    for (int i = 0; i < nargs && i < 11; i++) argv[4 + i] = args[i];
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execvp("gnuplot", argv);
-        _exit(errno == ENOENT ? 127 : 126);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0) return terr_set(e, "cannot run gnuplot: %s", strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return 1;
-    if (!WIFEXITED(status) || WEXITSTATUS(status))
-        return terr_set(e, "gnuplot -c %s %s ... failed (exit status %d)", gp, prefix,
-                        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    for (int k = 0; k < 2; k++) {
-        const char *ext = k ? "svg" : "png";
-        char from[4300], to[4300];
-        snprintf(from, sizeof from, "%s.%s", prefix, ext);
-        snprintf(to, sizeof to, "%s/%s.%s", dir, name, ext);
-        if (rename(from, to)) return terr_set(e, "%s: cannot write: %s", to, strerror(errno));
-    }
-    return 0;
-}
 
 static int figures(const char *dir, const step_errors *steps, bool quiet, terr *e)
 {
@@ -346,12 +278,12 @@ static int figures(const char *dir, const step_errors *steps, bool quiet, terr *
     const char *cm = steps ? steps->cost_model : "";
     snprintf(title, sizeof title, "step time: measured, and predicted from each step's shape by %.*s on %.60s",
              (int)strcspn(cm, ":"), cm, steps ? steps->gpu : ""); /* a profile's name, not its path */
-    char *step_args[] = {title, errors};
-    char *cdf_args[] = {"latency of the completed requests: measured and simulated", ttft, "TTFT (ms)", e2el,
-                        "end-to-end latency (ms)"};
-    int rc = find_plots(plots, sizeof plots) ? 0 : 1;
-    if (!rc && steps) rc = draw(plots, "compare_steps.gp", dir, "compare_steps", step_args, 2, e);
-    if (!rc) rc = draw(plots, "cdf.gp", dir, "compare_cdf", cdf_args, 5, e);
+    const char *step_args[] = {title, errors};
+    const char *cdf_args[] = {"latency of the completed requests: measured and simulated", ttft, "TTFT (ms)", e2el,
+                              "end-to-end latency (ms)"};
+    int rc = gnuplot_find_scripts(plots, sizeof plots) ? 0 : 1;
+    if (!rc && steps) rc = gnuplot_draw(plots, "compare_steps.gp", dir, "compare_steps", NULL, 0, step_args, 2, e);
+    if (!rc) rc = gnuplot_draw(plots, "cdf.gp", dir, "compare_cdf", NULL, 0, cdf_args, 5, e);
     if (rc < 0) return -1;
     if (quiet) return 0;
     if (rc == 0) {

@@ -124,6 +124,7 @@ struct metrics {
     replica_acc *reps; /* (opt.num_replicas) when > 1, else NULL */
     metrics_options opt;
     obuf *req_out, *step_out, *tok_out;
+    preempt_log preempts;            /* preemptions.csv, beside steps.csv */
     char summary_path[4096];
     qhist ttft, tpot, e2el, queue;   /* ms, on a microsecond grid, one sample per finished request */
     qhist itl;                       /* ms, on a microsecond grid */
@@ -190,7 +191,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
                      "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu",
                      opt->write_host_time ? ",host_us,sched_us" : "", replica_col);
             m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
-            if (!m->step_out) goto fail;
+            if (!m->step_out || preempt_log_open(&m->preempts, opt->out_dir, e)) goto fail;
         }
         if (opt->write_tokens) {
             m->tok_out = open_csv(opt->out_dir, "tokens.csv", "id,output_ids\n", e);
@@ -334,6 +335,7 @@ void metrics_step(metrics *m, const step_stats *st)
         }
         m->n_step_itl = 0;
     }
+    if (st->batch) preempt_log_step(&m->preempts, st->step, st->start_ns, st->batch);
     metrics_summary *s = &m->s;
     s->num_steps++;
     m->busy_ns += (double)st->duration_ns;
@@ -548,6 +550,7 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     if (out) *out = *s;
 
     int rc = 0;
+    if (preempt_log_close(&m->preempts, e)) rc = -1;
     obuf *csvs[] = {m->req_out, m->step_out, m->tok_out};
     for (size_t i = 0; i < ARRAY_LEN(csvs); i++) {
         if (!csvs[i]) continue;
@@ -602,6 +605,7 @@ int64_t metrics_requests_ended(const metrics *m) { return m->s.num_requests; }
 void metrics_free(metrics *m)
 {
     if (!m) return;
+    preempt_log_close(&m->preempts, NULL);
     obuf *bufs[] = {m->req_out, m->step_out, m->tok_out};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) {
         if (bufs[i] && bufs[i]->f) fclose(bufs[i]->f);

@@ -2,9 +2,10 @@
  * metrics.h: what a run measured, in vLLM's terms.
  *
  * The serving loop reports each request when it ends (finished or rejected), each inter-token
- * gap, and each step. Rows stream to DIR/requests.csv (in the order requests end) and
- * DIR/steps.csv as they happen, and latencies go into histograms of bounded size (core/stats.h),
- * so memory does not grow with the number of requests or tokens.
+ * gap, and each step. Rows stream to DIR/requests.csv (in the order requests end),
+ * DIR/steps.csv and DIR/preemptions.csv (core/preempt_log.h) as they happen, and latencies go
+ * into histograms of bounded size (core/stats.h), so memory does not grow with the number of
+ * requests or tokens.
  * At the end, summary.json carries the keys of `vllm bench serve`'s result file (completed,
  * duration, request_throughput, output_throughput, total_token_throughput, mean_/median_/std_/
  * p99_ of ttft_ms, tpot_ms, itl_ms, e2el_ms, request_goodput) plus tandem's own (num_rejected,
@@ -24,6 +25,7 @@
 #include <stdio.h>
 
 #include "batch.h"
+#include "preempt_log.h"
 #include "request.h"
 #include "util.h"
 
@@ -64,6 +66,8 @@ typedef struct step_stats {
     step_shape shape;        /* what the step computed (core/batch.h) */
     double flops, bytes;     /* its useful work (core/work.h); 0 when the model is not known */
     int64_t host_ns, sched_ns; /* measured host time (core/executor.h), when write_host_time */
+    const batch *batch;      /* the step's items and preempted requests, for preemptions.csv
+                                (NULL: not logged) */
 } step_stats;
 
 typedef struct latency_stats {

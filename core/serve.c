@@ -288,6 +288,7 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         .shape = batch_shape(b),
         .host_ns = sched_ns + out->host_ns,
         .sched_ns = sched_ns,
+        .batch = b,
     };
     if (cfg->model) {
         step_work w = step_work_of(cfg->model, &st.shape);

@@ -72,29 +72,32 @@ reduce() {
     for name in code chat; do
         trace=$CODE; [ $name = chat ] && trace=$CHAT
         rate=$(trace_rate "$trace")
-        "$PLOTS/csv_select.sh" -a "rate=$rate/c[\"time-scale\"]" "$RAW/replay_$name/results.csv" > "$RES/replay_$name.csv"
+        "$BIN" reduce select "rate={$rate/time-scale}" "$RAW/replay_$name/results.csv" > "$RES/replay_$name.csv"
 
-        # latency CDFs of each policy at the recorded speed
+        # latency CDFs of each policy at the recorded speed. Not priority: at this speed the
+        # server never runs out of KV blocks or sequence slots, so priority never preempts and
+        # schedules exactly as vllm does (its CDFs lie on vllm's; what it changes under load is
+        # in per_class_*.csv and the priority experiment)
         local series=() p dir
-        for p in static orca vllm priority; do
+        for p in static orca vllm; do
             dir=$(point_dir replay_$name scheduling-policy=$p time-scale=$CDF_SCALE)
             series+=("$p" "$dir/requests.csv")
         done
-        "$PLOTS/cdf_data.sh" ttft_ms "${series[@]}" > "$RES/cdf_ttft_$name.dat"
-        "$PLOTS/cdf_data.sh" -s 0.001 e2el_ms "${series[@]}" > "$RES/cdf_e2el_$name.dat"
+        "$BIN" reduce cdf ttft_ms "${series[@]}" > "$RES/cdf_ttft_$name.dat"
+        "$BIN" reduce cdf --scale 0.001 e2el_ms "${series[@]}" > "$RES/cdf_e2el_$name.dat"
 
         # per-class latency of vllm and priority at every speed
-        "$PLOTS/csv_select.sh" -x 'c["scheduling-policy"] ~ /^(vllm|priority)$/' -k scheduling-policy,rate,id \
+        "$BIN" reduce select --where 'scheduling-policy=vllm|priority' --keep scheduling-policy,rate,id \
             "$RES/replay_$name.csv" |
             points_group_stats "$RAW/replay_$name/points" priority ttft_ms tpot_ms e2el_ms > "$RES/per_class_$name.csv"
     done
 
     # the timeline: steps cut into 10-second bins
     for p in static vllm; do
-        "$PLOTS/steps_bin.sh" -b 10 "$(point_dir timeline scheduling-policy=$p)/steps.csv" > "$RES/timeline_$p.csv"
+        "$BIN" reduce bin --bin 10 "$(point_dir timeline scheduling-policy=$p)/steps.csv" > "$RES/timeline_$p.csv"
     done
 
-    "$PLOTS/csv_select.sh" -a 'lengths=(c["trace"] ~ /fixed/ ? "fixed 512/256" : "lognormal with means 512/256")' \
+    "$BIN" reduce select 'lengths={trace~fixed?fixed 512/256:lognormal with means 512/256}' \
         "$RAW/equal/results.csv" > "$RES/equal.csv"
 }
 
@@ -110,7 +113,7 @@ plot() {
             "$RES/replay_$name.csv" "$FIG/batching_util_$name" \
             "$label: KV blocks allocated vs KV tokens stored, GPU busy time, batch size" rate \
             "mean_kv_usage mean_kv_token_usage busy_fraction mean_batch_size" scheduling-policy
-        gp cdf "$FIG/batching_cdf_$name" "$label as recorded: latency per policy (Llama-3-8B, H200)" \
+        gp cdf "$FIG/batching_cdf_$name" "$label as recorded: latency per policy (Llama-3-8B, H200; priority = vllm here)" \
             "$RES/cdf_ttft_$name.dat" "TTFT (ms)" "$RES/cdf_e2el_$name.dat" "end-to-end latency (s)"
     done
     gp timeseries "$FIG/batching_timeline" \

@@ -67,27 +67,35 @@ EOF
     reduce
 }
 
-# load_of TRACE: the load name of a mix_NAME.csv trace
-load_of() { local b=${1##*/mix_}; echo "${b%.csv}"; }
+# load_label NAME: the load as the figures name it, with its rate: "moderate (21 req/s)"
+load_label() {
+    local load name rs rl
+    for load in $LOADS; do
+        IFS=: read -r name rs rl <<<"$load"
+        if [ "$name" = "$1" ]; then awk -v n="$name" -v a="$rs" -v b="$rl" 'BEGIN { printf "%s (%g req/s)\n", n, a + b }'; fi
+    done
+}
+# load_of TRACE: the load label of a mix_NAME.csv trace
+load_of() { local b=${1##*/mix_}; load_label "${b%.csv}"; }
 
 # one row per configuration: its label, the budget, results.csv metrics, the ITL tail (from
-# steps.csv, plots/itl_data.sh), TTFT of short and long prompts (from requests.csv)
+# steps.csv, tandem reduce itl), TTFT of short and long prompts (from requests.csv)
 reduce() {
     local s id label budget
     {
-        "$PLOTS/csv_select.sh" -k trace,max-num-batched-tokens,id "$RAW/chunked/results.csv" | tail -n +2 |
+        "$BIN" reduce select --keep trace,max-num-batched-tokens,id "$RAW/chunked/results.csv" | tail -n +2 |
             while IFS=, read -r t budget id; do echo "$(load_of "$t"),vllm chunked,$budget,$id"; done
-        "$PLOTS/csv_select.sh" -k trace,scheduling-policy,id "$RAW/unchunked/results.csv" | tail -n +2 |
+        "$BIN" reduce select --keep trace,scheduling-policy,id "$RAW/unchunked/results.csv" | tail -n +2 |
             while IFS=, read -r t s id; do echo "$(load_of "$t"),$s unchunked,8192,$id"; done
-        "$PLOTS/csv_select.sh" -k trace,chunk-size,id "$RAW/sarathi/results.csv" | tail -n +2 |
+        "$BIN" reduce select --keep trace,chunk-size,id "$RAW/sarathi/results.csv" | tail -n +2 |
             while IFS=, read -r t budget id; do echo "$(load_of "$t"),sarathi (budget = chunk size),$budget,$id"; done
     } > "$RAW/configs.csv"
 
     # the metrics of every point of the three sweeps, keyed by point id
     local cols=id,request_throughput,median_ttft_ms,p99_ttft_ms,median_tpot_ms,p99_tpot_ms,median_itl_ms,p99_itl_ms,num_preemptions,mean_batch_size
     local all=$RAW/all_results.csv
-    "$PLOTS/csv_select.sh" -k $cols "$RAW/chunked/results.csv" > "$all"
-    for s in unchunked sarathi; do "$PLOTS/csv_select.sh" -k $cols "$RAW/$s/results.csv" | tail -n +2 >> "$all"; done
+    "$BIN" reduce select --keep $cols "$RAW/chunked/results.csv" > "$all"
+    for s in unchunked sarathi; do "$BIN" reduce select --keep $cols "$RAW/$s/results.csv" | tail -n +2 >> "$all"; done
 
     echo "load,system,budget,${cols#id,},p999_itl_ms,max_itl_ms,short_p50_ttft_ms,short_p99_ttft_ms,long_p50_ttft_ms,long_p99_ttft_ms" \
         > "$RES/configs.csv"
@@ -98,15 +106,14 @@ reduce() {
         row=$(awk -F, -v id="$id" '$1 == id { sub(/^[^,]*,/, ""); print }' "$all")
         # every ITL of the run, and its CDF; the tail read off the CDF's top-1% levels
         mode=v1; [ "$label" = "vllm-v0 unchunked" ] && mode=v0
-        "$PLOTS/itl_data.sh" -m $mode "$dir/steps.csv" > "$RAW/itl_$id.csv"
+        "$BIN" reduce itl --mode $mode "$dir/steps.csv" > "$RAW/itl_$id.csv"
         [ $first = 1 ] || printf '\n\n' >> "$RES/cdf_itl.dat"
         first=0
-        "$PLOTS/cdf_data.sh" -W tokens itl_ms "$load: $label $budget" "$RAW/itl_$id.csv" > "$RAW/cdf_itl_$id.dat"
+        "$BIN" reduce cdf --weight tokens itl_ms "$load: $label $budget" "$RAW/itl_$id.csv" > "$RAW/cdf_itl_$id.dat"
         cat "$RAW/cdf_itl_$id.dat" >> "$RES/cdf_itl.dat"
         tail=$(awk '/^[0-9]/ { if (!p && $2 >= 0.999) p = $1; max = $1 } END { printf "%s,%s", p, max }' "$RAW/cdf_itl_$id.dat")
         # TTFT of short and long prompts
-        groups=$("$PLOTS/group_stats.sh" "$dir/requests.csv" \
-                 "len=(c[\"prompt_tokens\"] >= $LONG_MIN ? \"long\" : \"short\")" ttft_ms |
+        groups=$("$BIN" reduce group "$dir/requests.csv" "len={prompt_tokens>=$LONG_MIN?long:short}" ttft_ms |
                  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
                           { p50[$1] = $ix["p50_ttft_ms"]; p99[$1] = $ix["p99_ttft_ms"] }
                           END { printf "%s,%s,%s,%s", p50["short"], p99["short"], p50["long"], p99["long"] }')
@@ -115,20 +122,22 @@ reduce() {
 }
 
 plot() {
-    gp vs_x -e logx=2 -e 'logy="p999_itl_ms p99_ttft_ms"' -e 'facet="load"' -e 'key="top right"' -e keypanel=4 \
+    gp vs_x -e logx=2 -e 'logy="p999_itl_ms p99_ttft_ms"' -e 'facet="load"' \
         -e panel_w=340 -e panel_h=300 \
         "$RES/configs.csv" "$FIG/chunked_prefill" \
         "5% long prompts (4.2k-7.8k tokens) among chat requests: decode stalls vs the token budget per step (Llama-3-8B, H200)" \
         budget "p99_itl_ms p999_itl_ms p99_tpot_ms p99_ttft_ms" system \
         "token budget per step (tokens)"
     # the ITL tails of a few configurations at the moderate load (blocks of cdf_itl.dat, by label)
-    awk -v keep="vllm-v0 unchunked 8192|vllm unchunked 8192|vllm chunked 2048|vllm chunked 512|vllm chunked 256" '
-        BEGIN { n = split(keep, k, "|"); for (i = 1; i <= n; i++) want["\"moderate: " k[i] "\" \"F\""] = 1 }
+    local moderate
+    moderate=$(load_label moderate)
+    awk -v keep="vllm-v0 unchunked 8192|vllm unchunked 8192|vllm chunked 2048|vllm chunked 512|vllm chunked 256" -v load="$moderate: " '
+        BEGIN { n = split(keep, k, "|"); for (i = 1; i <= n; i++) want["\"" load k[i] "\" \"F\""] = 1 }
         /^# / { hdr = $0; next }
-        /^"/ { on = ($0 in want); if (on) { if (blocks++) printf "\n\n"; print hdr; sub(/^"moderate: /, "\""); print } next }
+        /^"/ { on = ($0 in want); if (on) { if (blocks++) printf "\n\n"; print hdr; print "\"" substr($0, length(load) + 2) } next }
         on && NF' "$RES/cdf_itl.dat" > "$RAW_TMP/cdf_itl_some.dat"
-    gp cdf -e ccdf=1 -e ymin=1e-4 -e 'what="decode tokens"' -e 'key="top right"' "$FIG/chunked_prefill_itl" \
-        "ITL tail at the moderate load, by token budget per step" \
+    gp cdf -e ccdf=1 -e ymin=1e-4 -e 'what="decode tokens"' -e 'key="below"' "$FIG/chunked_prefill_itl" \
+        "ITL tail at the moderate load ${moderate#moderate }, by token budget per step" \
         "$RAW_TMP/cdf_itl_some.dat" "inter-token latency (ms)"
 }
 

@@ -64,10 +64,9 @@ sweep() {
 # results.csv row has these values; fails unless exactly one row matches.
 point_dir() {
     local s=$1; shift
-    local args=() w
-    for w in "$@"; do args+=(-w "$w"); done
-    local ids
-    ids=$("$PLOTS/csv_select.sh" "${args[@]}" -k id "$RAW/$s/results.csv" | tail -n +2)
+    local where ids
+    where=$(IFS='&'; echo "$*")
+    ids=$("$BIN" reduce select --where "$where" --keep id "$RAW/$s/results.csv" | tail -n +2)
     if [ "$(printf '%s\n' "$ids" | grep -c .)" != 1 ]; then
         echo "point_dir: $s: $* matches $(printf '%s\n' "$ids" | grep -c .) points, not 1" >&2
         return 1
@@ -97,6 +96,7 @@ exp_main() {
             t0=$SECONDS; run; echo "[$EXP] run: $((SECONDS - t0)) s"
             [ "$what" = all ] || return 0 ;;&
         plot | all)
+            need_bin
             t0=$SECONDS; plot; echo "[$EXP] plot: $((SECONDS - t0)) s" ;;
         *) echo "usage: $0 [run|plot|all]" >&2; exit 2 ;;
     esac
@@ -124,7 +124,7 @@ trace_rate() {
 
 # points_group_stats POINTS_DIR GROUP METRIC... < CSV: per-group latency statistics of many
 # points. CSV (stdin) has a header and rows whose last column is a point id (e.g. the output of
-# `csv_select.sh -k time-scale,id`); for each row, plots/group_stats.sh runs on
+# `tandem reduce select --keep time-scale,id`); for each row, `tandem reduce group` runs on
 # POINTS_DIR/ID/requests.csv and its rows are prefixed with the row's other columns.
 points_group_stats() {
     local dir=$1; shift
@@ -134,10 +134,10 @@ points_group_stats() {
     while IFS= read -r line; do
         id=${line##*,} vals=${line%,*}
         if [ $first = 1 ]; then
-            "$PLOTS/group_stats.sh" -P "$header," -p "$vals," "$dir/$id/requests.csv" "$@"
+            "$BIN" reduce group --prefix-header "$header," --prefix "$vals," "$dir/$id/requests.csv" "$@"
             first=0
         else
-            "$PLOTS/group_stats.sh" -n -p "$vals," "$dir/$id/requests.csv" "$@"
+            "$BIN" reduce group --no-header --prefix "$vals," "$dir/$id/requests.csv" "$@"
         fi
     done
 }

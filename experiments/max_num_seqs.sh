@@ -38,9 +38,8 @@ EOF
 
 reduce() {
     # the trace's distribution and arrival process as columns of their own
-    "$PLOTS/csv_select.sh" \
-        -a 'lengths=(c["trace"] ~ /sharegpt/ ? "sharegpt" : "arxiv")' \
-        -a 'arrivals=(c["trace"] ~ /_inf/ ? "all at t=0" : "Poisson '"$RATE"' req/s")' \
+    "$BIN" reduce select 'lengths={trace~sharegpt?sharegpt:arxiv}' \
+        "arrivals={trace~_inf?all at t=0:Poisson $RATE req/s}" \
         "$RAW/sweep/results.csv" > "$RES/results.csv"
     # knees: per distribution and arrival process, the smallest max_num_seqs within 5% of the
     # best throughput, and (Poisson) the one with the lowest mean E2E latency and the smallest
@@ -69,8 +68,8 @@ reduce() {
 }
 
 plot() {
-    "$PLOTS/csv_select.sh" -w "arrivals=all at t=0" "$RES/results.csv" > "$RAW_TMP/saturated.csv"
-    "$PLOTS/csv_select.sh" -w "arrivals=Poisson $RATE req/s" "$RES/results.csv" > "$RAW_TMP/poisson.csv"
+    "$BIN" reduce select --where "arrivals=all at t=0" "$RES/results.csv" > "$RAW_TMP/saturated.csv"
+    "$BIN" reduce select --where "arrivals=Poisson $RATE req/s" "$RES/results.csv" > "$RAW_TMP/poisson.csv"
     gp vs_x -e logx=2 -e yrange0=1 -e ncols=2 "$RAW_TMP/saturated.csv" "$FIG/max_num_seqs_saturated" \
         "3,000 requests at t = 0: throughput saturates (Llama-3-8B, H200)" max-num-seqs \
         "output_throughput median_tpot_ms peak_kv_usage num_preemptions" lengths

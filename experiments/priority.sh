@@ -35,11 +35,10 @@ EOF
 reduce() {
     local rate
     rate=$(trace_rate "$CHAT")
-    "$PLOTS/csv_select.sh" -a "rate=$rate/c[\"time-scale\"]" \
-        -a 'system=c["scheduling-policy"] " + " c["preemption-mode"]' \
+    "$BIN" reduce select "rate={$rate/time-scale}" 'system={scheduling-policy} + {preemption-mode}' \
         "$RAW/sweep/results.csv" > "$RES/results.csv"
     # per class: latency, and how often its requests were preempted
-    "$PLOTS/csv_select.sh" -k system,rate,time-scale,id "$RES/results.csv" |
+    "$BIN" reduce select --keep system,rate,time-scale,id "$RES/results.csv" |
         points_group_stats "$RAW/sweep/points" priority ttft_ms e2el_ms tpot_ms preemptions \
         > "$RES/per_class.csv"
     # TTFT CDFs per class just over capacity
@@ -49,10 +48,10 @@ reduce() {
         for p in vllm priority; do
             for m in recompute swap; do
                 dir=$(point_dir sweep scheduling-policy=$p preemption-mode=$m time-scale=$CDF_SCALE)
-                series+=(-w "priority=$k" "$p + $m" "$dir/requests.csv")
+                series+=("$p + $m" "$dir/requests.csv")
             done
         done
-        "$PLOTS/cdf_data.sh" -s 0.001 ttft_ms "${series[@]}" > "$RES/cdf_ttft_class$k.dat"
+        "$BIN" reduce cdf --where "priority=$k" --scale 0.001 ttft_ms "${series[@]}" > "$RES/cdf_ttft_class$k.dat"
     done
 }
 
@@ -60,7 +59,7 @@ plot() {
     local cdf_rate
     cdf_rate=$(awk -F, -v ts=$CDF_SCALE 'NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
         $ix["time-scale"] == ts { printf "%.1f", $ix["rate"]; exit }' "$RES/results.csv")
-    gp vs_x -e 'logy="p99_ttft_ms p99_e2el_ms"' -e 'facet="priority"' -e 'key="bottom right"' \
+    gp vs_x -e 'logy="p99_ttft_ms p99_e2el_ms"' -e 'facet="priority"' \
         "$RES/per_class.csv" "$FIG/priority_per_class" \
         "Azure chat trace, 20% class 0 (important): latency per class (Llama-2-7B, H200)" rate \
         "p99_ttft_ms p99_e2el_ms" system

@@ -90,8 +90,10 @@ EOF
     reduce
 }
 
-# system LABEL of a results row: orca's reservation is part of the system
-SYSTEM='system=(c["scheduling-policy"] == "orca" ? "orca (" c["orca-reserve"] ")" : c["scheduling-policy"])'
+# system LABEL of a results row: orca's reservation is part of the system (the paged sweep has
+# no orca-reserve column, and tandem reduce refuses an expression naming a missing column)
+SYSTEM='system={scheduling-policy=orca?orca ({orca-reserve}):{scheduling-policy}}'
+SYSTEM_PAGED='system={scheduling-policy}'
 
 reduce() {
     local setting lengths util rates base s first=1 first_cap=1
@@ -100,20 +102,21 @@ reduce() {
     while IFS=: read -r setting lengths util rates; do
         base=$(trace_rate "$RAW/${lengths}_poisson.csv")
         for s in paged orca; do
+            local system=$SYSTEM; [ $s = paged ] && system=$SYSTEM_PAGED
             # results.csv rows + the rate, the system and the setting, then the normalized
             # latency of every point from its requests.csv
-            "$PLOTS/csv_select.sh" -a "rate=$base/c[\"time-scale\"]" -a "$SYSTEM" -a "setting=\"$setting\"" \
-                -k setting,system,rate,time-scale,request_throughput,output_throughput,mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,mean_e2el_ms,p99_e2el_ms,num_preemptions,mean_batch_size,mean_kv_usage,peak_kv_usage,id \
+            "$BIN" reduce select "rate={$base/time-scale}" "$system" "setting=$setting" \
+                --keep setting,system,rate,time-scale,request_throughput,output_throughput,mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,mean_e2el_ms,p99_e2el_ms,num_preemptions,mean_batch_size,mean_kv_usage,peak_kv_usage,id \
                 "$RAW/${setting}_$s/results.csv" > "$RAW/rows.csv"
             points_group_stats "$RAW/${setting}_$s/points" - \
-                'norm_latency_s=c["e2el_ms"] / 1000 / c["output_tokens"]' < "$RAW/rows.csv" |
-                "$PLOTS/csv_select.sh" -k setting,system,rate,time-scale,request_throughput,output_throughput,mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,mean_e2el_ms,p99_e2el_ms,num_preemptions,mean_batch_size,mean_kv_usage,peak_kv_usage,mean_norm_latency_s,p99_norm_latency_s /dev/stdin \
+                'norm_latency_s={e2el_ms/1000/output_tokens}' < "$RAW/rows.csv" > "$RAW/rows_stats.csv"
+            "$BIN" reduce select --keep setting,system,rate,time-scale,request_throughput,output_throughput,mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,mean_e2el_ms,p99_e2el_ms,num_preemptions,mean_batch_size,mean_kv_usage,peak_kv_usage,mean_norm_latency_s,p99_norm_latency_s "$RAW/rows_stats.csv" \
                 > "$RAW/rows_norm.csv"
             if [ $first = 1 ]; then cat "$RAW/rows_norm.csv"; else tail -n +2 "$RAW/rows_norm.csv"; fi >> "$RES/results.csv"
             first=0
         done
-        "$PLOTS/csv_select.sh" -a "$SYSTEM" -a "setting=\"$setting\"" \
-            -k setting,system,request_throughput,output_throughput,mean_batch_size,num_preemptions,mean_kv_usage \
+        "$BIN" reduce select "$SYSTEM" "setting=$setting" \
+            --keep setting,system,request_throughput,output_throughput,mean_batch_size,num_preemptions,mean_kv_usage \
             "$RAW/${setting}_capacity/results.csv" | awk -v first=$first_cap '!seen[$0]++ && (first || NR > 1)' \
             >> "$RES/capacity.csv"
         first_cap=0
@@ -122,40 +125,18 @@ reduce() {
     # knees: per setting and system, the rate where the mean normalized latency crosses each
     # target (linear between the last rate at or below it and the first above; ">" when it
     # never crosses within the swept rates, "<" when the lowest rate already misses it)
-    awk -F, -v targets="0.1 $SLO 0.5" '
-    NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
-    {
-        k = $ix["setting"] SUBSEP $ix["system"]; if (!(k in n)) order[++nk] = k
-        n[k]++; r[k, n[k]] = $ix["rate"]; y[k, n[k]] = $ix["mean_norm_latency_s"]
-    }
-    END {
-        nt = split(targets, t, " ")
-        printf "setting,system"; for (j = 1; j <= nt; j++) printf ",knee_rate_at_%g_s_per_token", t[j]; print ""
-        for (q = 1; q <= nk; q++) {
-            k = order[q]; split(k, kk, SUBSEP); printf "%s,%s", kk[1], kk[2]
-            for (j = 1; j <= nt; j++) {
-                knee = ""
-                if (y[k, 1] > t[j]) knee = "<" r[k, 1]
-                else {
-                    for (i = 2; i <= n[k]; i++) if (y[k, i] > t[j]) break
-                    if (i > n[k]) knee = ">" r[k, n[k]]
-                    else knee = sprintf("%.3g", r[k, i - 1] + (t[j] - y[k, i - 1]) * (r[k, i] - r[k, i - 1]) / (y[k, i] - y[k, i - 1]))
-                }
-                printf ",%s", knee
-            }
-            print ""
-        }
-    }' "$RES/results.csv" > "$RES/knees.csv"
+    "$BIN" reduce cross "$RES/results.csv" rate mean_norm_latency_s --at "0.1,$SLO,0.5" --by setting,system \
+        --suffix _s_per_token > "$RES/knees.csv"
 }
 
 plot() {
-    "$PLOTS/csv_select.sh" -w setting=sharegpt_80GB "$RES/results.csv" > "$RAW_TMP/main.csv"
+    "$BIN" reduce select --where setting=sharegpt_80GB "$RES/results.csv" > "$RAW_TMP/main.csv"
     gp vs_x -e 'logy="mean_norm_latency_s p99_ttft_ms"' -e ncols=2 -e "hline=\"mean_norm_latency_s=$SLO=SLO $SLO s/token\"" \
         "$RAW_TMP/main.csv" "$FIG/vllm_paper" \
         "Paged KV vs reservation vs static batching: Llama-2-13B on A100-80GB, ShareGPT lengths" rate \
         "mean_norm_latency_s request_throughput p99_ttft_ms p99_tpot_ms" system
     gp vs_x -e 'logy="mean_norm_latency_s"' -e 'facet="setting"' -e ncols=2 \
-        -e "hline=\"mean_norm_latency_s=$SLO=SLO\"" -e 'key="bottom right"' \
+        -e "hline=\"mean_norm_latency_s=$SLO=SLO\"" \
         "$RES/results.csv" "$FIG/vllm_paper_settings" \
         "Normalized latency: prompt lengths x KV memory (80GB: 59,920 KV tokens; 40GB: 12,736)" rate \
         "mean_norm_latency_s" system

@@ -2,7 +2,7 @@
 #
 #   gnuplot -c plots/cdf.gp OUT TITLE DATA1 XLABEL1 [DATA2 XLABEL2 [DATA3 XLABEL3]]
 #
-# DATA files come from plots/cdf_data.sh: gnuplot blocks, each headed by `"LABEL" "F"`. The x
+# DATA files come from `tandem reduce cdf`: gnuplot blocks, each headed by `"LABEL" "F"`. The x
 # axis is logarithmic (latencies span orders of magnitude). Optional, with -e:
 #   logx=0          linear x
 #   ccdf=1          plot the fraction of the population above x on a log scale (shows the tail)

@@ -2,21 +2,29 @@
 # waiting requests, stacked panels sharing the time axis.
 #
 #   gnuplot -c plots/timeseries.gp OUT TITLE LABEL1 FILE1 [LABEL2 FILE2 [LABEL3 FILE3]]
+#   gnuplot -e 'runs="\"LABEL1\" FILE1 \"LABEL2\" FILE2 ..."' -c plots/timeseries.gp OUT TITLE
 #
-# FILEs come from plots/steps_bin.sh (a steps.csv cut into time bins). Optional, with -e:
-#   ycols="kv_usage batch_size num_waiting"   the panels, top to bottom (any steps_bin column)
+# FILEs come from `tandem reduce bin` (a steps.csv cut into time bins); more than three runs go
+# in `runs` (gnuplot passes at most nine arguments). Optional, with -e:
+#   ycols="kv_usage batch_size num_waiting"   the panels, top to bottom (any `tandem reduce bin` column)
 #   logy="num_waiting"                        log-scale y of these panels
 # Writes OUT.png and OUT.svg.
-if (ARGC < 4 || ARGC % 2 != 0) { print "usage: gnuplot -c plots/timeseries.gp OUT TITLE LABEL1 FILE1 [LABEL2 FILE2 [LABEL3 FILE3]]"; exit status 2 }
+if ((ARGC < 4 && !exists("runs")) || ARGC % 2 != 0) { print "usage: gnuplot -c plots/timeseries.gp OUT TITLE LABEL1 FILE1 [LABEL2 FILE2 [LABEL3 FILE3]]"; exit status 2 }
 script_dir = ARG0[1:strstrt(ARG0, "timeseries.gp")-1]
 load script_dir."common.gp"
 
 OUT = ARG1; TITLE = ARG2
-nruns = (ARGC - 2) / 2
-array LAB[3]; array FILE[3]
-LAB[1] = ARG3; FILE[1] = ARG4
-if (nruns >= 2) { LAB[2] = ARG5; FILE[2] = ARG6 }
-if (nruns >= 3) { LAB[3] = ARG7; FILE[3] = ARG8 }
+if (exists("runs")) {
+    nruns = words(runs) / 2
+    array LAB[nruns]; array FILE[nruns]
+    do for [i = 1:nruns] { LAB[i] = word(runs, 2 * i - 1); FILE[i] = word(runs, 2 * i) }
+} else {
+    nruns = (ARGC - 2) / 2
+    array LAB[3]; array FILE[3]
+    LAB[1] = ARG3; FILE[1] = ARG4
+    if (nruns >= 2) { LAB[2] = ARG5; FILE[2] = ARG6 }
+    if (nruns >= 3) { LAB[3] = ARG7; FILE[3] = ARG8 }
+}
 if (!exists("ycols")) ycols = "kv_usage batch_size num_waiting"
 if (!exists("logy")) logy = ""
 is_logy(m) = strstrt(" ".logy." ", " ".m." ") > 0

@@ -1,0 +1,108 @@
+/*
+ * reduce.h: the statistics the figures need, from a run's or a sweep's CSV files, as small text
+ * files gnuplot reads (`tandem reduce`, `tandem plot`, the experiments' reduce phases).
+ *
+ *   cdf     empirical CDFs of a column, one gnuplot block per series, cut to about POINTS levels
+ *           plus 50 over the top 1% so the tail is exact; optionally weighted by a column
+ *   group   count, mean, p50, p90, p99, max of columns per group of rows (core/stats.h, numpy's
+ *           percentiles: the same numbers as summary.json)
+ *   bin     a steps.csv cut into fixed time bins (busy fraction, KV usage, batch size, queue)
+ *   itl     every inter-token latency of a run rebuilt from its steps.csv
+ *   select  rows and columns of a CSV (a sweep's results.csv), with derived columns
+ *   cross   where a metric crosses targets against a swept value, per group (capacity knees)
+ *
+ * Key decision: one small expression language over a row's columns serves every command, so the
+ * experiment scripts keep only orchestration. An expression (a derived column, a group, a
+ * metric) is text in which `{...}` is replaced by:
+ *   {COL}                  the row's value of column COL
+ *   {A/B*C}                a product or quotient of numbers and columns, as a number (%.6g);
+ *                          empty when a column of it is empty (the TPOT of a one-token output)
+ *   {COND?THEN:ELSE}       THEN or ELSE (each itself an expression) by a condition:
+ * A condition (also what --where takes, several joined by '&') is COL OP VALUE with OP one of
+ *   =  !=   equal / not equal (VALUE may list alternatives: vllm|priority; numbers compare as
+ *           numbers, so 1 = 1.0)
+ *   ~       COL's value contains VALUE
+ *   < <= > >=  numeric comparison
+ * e.g. rate={5.53/time-scale}, system={scheduling-policy} + {preemption-mode},
+ * len={prompt_tokens>=4096?long:short}, lengths={trace~fixed?fixed:lognormal}.
+ * Output fields that hold a comma have it written as ';' (gnuplot splits at every comma).
+ *
+ * Every function writes to `out` and returns 0, or -1 with e naming the file, line, column or
+ * expression at fault.
+ */
+#ifndef TANDEM_REDUCE_H
+#define TANDEM_REDUCE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "cli/csv_rows.h"
+#include "core/util.h"
+
+/* Evaluates expr on the current row of t into buf. */
+int reduce_eval(const char *expr, const csv_rows *t, char *buf, size_t n, terr *e);
+/* Whether the current row meets every '&'-joined condition of where (NULL or "": every row). */
+int reduce_where(const char *where, const csv_rows *t, bool *match, terr *e);
+/* Checks, from the header alone, that every column where names exists. */
+int reduce_check_where(const char *where, const csv_rows *t, terr *e);
+
+/* A column of a table (`ttft_ms`) or a derived one (`NAME=EXPR`). */
+typedef struct reduce_field {
+    char name[128];
+    const char *expr; /* NULL: the column `col` itself */
+    int col;
+} reduce_field;
+/* Sets f from spec; every column it names (in every branch of an expression) must be in t's
+ * header, else -1 with e naming it. */
+int reduce_field_init(reduce_field *f, const char *spec, const csv_rows *t, terr *e);
+/* The field's value as a number; *empty when it is empty (then *v is NAN). */
+int reduce_field_number(const reduce_field *f, const csv_rows *t, double *v, bool *empty, terr *e);
+
+typedef struct reduce_cdf_options {
+    const char *where;  /* only rows meeting these conditions (NULL: all) */
+    const char *weight; /* a column weighting each row (rows of weight 0 left out); NULL: 1 each */
+    double scale;       /* every value multiplied by this */
+    int points;         /* levels of the CDF below its top 1% */
+} reduce_cdf_options;
+/* One block per series (labels[i], files[i]): "# LABEL: WHAT of N rows", `"LABEL" "F"`, then
+ * `value F` rows. A requests.csv counts only its finished requests; rows with an empty value
+ * are left out. */
+int reduce_cdf(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
+               const reduce_cdf_options *o, terr *e);
+/* One such block of values already in memory (compare and plot use it): v (n) and w (n) or NULL
+ * (the weights, named `weight` in the comment). */
+void reduce_cdf_block(FILE *out, const char *label, const char *what, double *v, double *w, const char *weight,
+                      size_t n, int points);
+
+typedef struct reduce_group_options {
+    const char *prefix, *prefix_header; /* put before every data row / the header's names */
+    bool no_header;
+} reduce_group_options;
+/* Per group (GROUP: a column, "-" for one group "all", or NAME=EXPR) of the finished rows:
+ * GROUP,count,mean_M,p50_M,p90_M,p99_M,max_M for each metric M, groups in sorted order. */
+int reduce_group(FILE *out, const char *file, const char *group, const char *const *metrics, int num_metrics,
+                 const reduce_group_options *o, terr *e);
+
+/* A steps.csv in bins of bin_s seconds from from_s (to to_s; < 0: the end): CSV
+ * t_s,busy,kv_usage,kv_usage_max,batch_size,num_running,num_waiting,num_waiting_max,
+ * tokens_per_step,preemptions (time-weighted means; an empty bin has busy 0, the rest empty). */
+int reduce_bin(FILE *out, const char *steps, double bin_s, double from_s, double to_s, terr *e);
+
+/* Every inter-token latency of a run from its steps.csv: CSV itl_ms,tokens. v0: vllm-v0's
+ * prefill-only and decode-only steps (see reduce.c). */
+int reduce_itl(FILE *out, const char *steps, bool v0, terr *e);
+
+/* The rows of file meeting where, with the derived columns adds (NAME=EXPR) appended, written
+ * as the columns keep (comma-separated; NULL: all, then the derived ones). */
+int reduce_select(FILE *out, const char *file, const char *const *adds, int num_adds, const char *where,
+                  const char *keep, terr *e);
+
+/* Per group of rows (the values of the comma-separated columns by; NULL: one group), the x at
+ * which y first rises above each target of at (comma-separated numbers), linear between the last
+ * row at or below it and the first above, rows taken in file order: a knee, such as the highest
+ * request rate whose latency meets an SLO. "<X" when the first row is already above, ">X" when no
+ * row is. CSV: BY...,knee_X_at_T[suffix] for each target T. */
+int reduce_cross(FILE *out, const char *file, const char *x, const char *y, const char *at, const char *by,
+                 const char *suffix, terr *e);
+
+#endif
