@@ -76,10 +76,13 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
     } else if (wt_source_open_checkpoint(&src, &eng->mc, r->model, e)) {
         return ENGINE_ERR_INPUT;
     }
+    if (r->num_host_blocks) eng->swap_seen = xcalloc((size_t)max_i32(r->num_blocks, r->num_host_blocks), 1);
     int rc = eng->ops->open(&eng->self, &eng->mc, r, &src, e);
     wt_source_close(&src);
     if (rc) {
         eng->self = NULL;
+        free(eng->swap_seen);
+        eng->swap_seen = NULL;
         return rc;
     }
     if (eng->ops->warmup) {
@@ -96,6 +99,7 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
 void engine_close(engine *eng)
 {
     if (eng->ops && eng->self) eng->ops->destroy(eng->self);
+    free(eng->swap_seen);
     *eng = (engine){0};
 }
 
@@ -184,7 +188,7 @@ int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const 
     if (n < 0 || !eng->ops->swap || o->num_host_blocks == 0)
         return terr_set(e, "swap: the engine was opened without a host swap pool (num_host_blocks 0)");
     const int32_t *dst = to_host ? host : dev;
-    uint8_t *seen = xcalloc((size_t)(to_host ? o->num_host_blocks : o->num_blocks), 1);
+    uint8_t *seen = eng->swap_seen;
     int rc = 0;
     for (int32_t i = 0; i < n && !rc; i++) {
         if (dev[i] < 0 || dev[i] >= o->num_blocks || host[i] < 0 || host[i] >= o->num_host_blocks)
@@ -194,6 +198,7 @@ int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const 
             rc = terr_set(e, "swap %s: %s block %d is written twice", to_host ? "out" : "in",
                           to_host ? "host" : "device", dst[i]);
     }
-    free(seen);
+    for (int32_t i = 0; i < n; i++)
+        if (dst[i] >= 0 && dst[i] < (to_host ? o->num_host_blocks : o->num_blocks)) seen[dst[i]] = 0;
     return rc ? ENGINE_ERR_INPUT : eng->ops->swap(eng->self, to_host, n, dev, host, e);
 }

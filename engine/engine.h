@@ -116,6 +116,7 @@ typedef struct engine {
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
     int32_t last_num_logits;    /* N of the last forward */
     int64_t warmup_ns;          /* wall time of the backend's warm-up at open */
+    uint8_t *swap_seen;         /* (max(num_blocks, num_host_blocks)) engine_swap's check, when swapping */
 } engine;
 
 /* Error codes: bad input (flags, config, weights file, step) vs. a failure of the device. */
