@@ -323,6 +323,11 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void metrics_preempted(metrics *m, int64_t step, int64_t t_ns, const batch *b)
+{
+    preempt_log_step(&m->preempts, step, t_ns, b);
+}
+
 void metrics_step(metrics *m, const step_stats *st)
 {
     /* the step's gaps, run-length encoded: most decoding requests share one gap */

@@ -124,6 +124,9 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e);
 void metrics_request_done(metrics *m, const request *r);
 /* One inter-token gap observed in the current step. */
 void metrics_itl(metrics *m, int64_t gap_ns);
+/* A scheduling pass that only preempted (no step ran): its events go to preemptions.csv, as the
+ * next step's. */
+void metrics_preempted(metrics *m, int64_t step, int64_t t_ns, const batch *b);
 /* The step ended; writes its row. */
 void metrics_step(metrics *m, const step_stats *s);
 void metrics_add_bad_rows(metrics *m, int64_t n);

@@ -362,7 +362,10 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         if (b->num_items == 0 && b->num_swap_out == 0) {
             /* a pass that only preempted (its victim was the request it served first) changed
              * the state: schedule again at the same instant, as vLLM's next step would */
-            if (b->num_preempted > 0) continue;
+            if (b->num_preempted > 0) {
+                if (L->m) metrics_preempted(L->m, R->step, L->now_ns, b);
+                continue;
+            }
             if (have == 1) { /* nothing runnable now; something may change when the next request comes */
                 idle_ns += wait_for(clock, next.arrival_ns, timed);
                 continue;
@@ -456,7 +459,10 @@ static int schedule_replica(loop_state *L, replica *R, rep_heap *busy, bool arri
         cfg->policy->schedule(R->policy, b);
         if (L->load) L->load[R->index].kv_blocks_used = kv_num_used(&R->kv);
         if (b->num_items == 0 && b->num_swap_out == 0) {
-            if (b->num_preempted > 0) continue; /* as in run_single */
+            if (b->num_preempted > 0) { /* as in run_single */
+                if (L->m) metrics_preempted(L->m, R->step, L->now_ns, b);
+                continue;
+            }
             /* stalled until a request is routed here; if none can come, never */
             if (!arrivals_left) reject_all_unschedulable(R);
             return 0;
