@@ -45,8 +45,8 @@ static int do_swaps(engine_exec *x, const batch *b, terr *e)
         x->swap_dev = xrealloc(x->swap_dev, sizeof *x->swap_dev * (size_t)n);
         x->swap_host = xrealloc(x->swap_host, sizeof *x->swap_host * (size_t)n);
     }
-    memcpy(x->swaps, b->swap_out, sizeof *x->swaps * (size_t)b->num_swap_out);
-    memcpy(x->swaps + b->num_swap_out, b->swap_in, sizeof *x->swaps * (size_t)b->num_swap_in);
+    if (b->num_swap_out) memcpy(x->swaps, b->swap_out, sizeof *x->swaps * (size_t)b->num_swap_out);
+    if (b->num_swap_in) memcpy(x->swaps + b->num_swap_out, b->swap_in, sizeof *x->swaps * (size_t)b->num_swap_in);
     for (int32_t i = 0; i < b->num_swap_out; i++) x->swaps[i].order = x->swaps[i].order * 2; /* tag: out */
     for (int32_t i = b->num_swap_out; i < n; i++) x->swaps[i].order = x->swaps[i].order * 2 + 1;
     qsort(x->swaps, (size_t)n, sizeof *x->swaps, by_order);
