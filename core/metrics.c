@@ -54,28 +54,8 @@ static const char digit_pairs[201] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-static void ob_i64(obuf *o, int64_t v)
-{
-    char tmp[24];
-    int k = 24;
-    uint64_t u = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
-    while (u >= 100) {
-        const char *d = digit_pairs + 2 * (u % 100);
-        u /= 100;
-        tmp[--k] = d[1];
-        tmp[--k] = d[0];
-    }
-    if (u >= 10) {
-        tmp[--k] = digit_pairs[2 * u + 1];
-        tmp[--k] = digit_pairs[2 * u];
-    } else tmp[--k] = (char)('0' + u);
-    ob_reserve(o, (size_t)(24 - k) + 1);
-    if (v < 0) o->buf[o->n++] = '-';
-    memcpy(o->buf + o->n, tmp + k, (size_t)(24 - k));
-    o->n += (size_t)(24 - k);
-}
-
-/* Writes v / 10^decimals with exactly `decimals` digits after the point (decimals <= 12). */
+/* Writes v / 10^decimals with exactly `decimals` digits after the point (decimals <= 12; 0: an
+ * integer, no point). */
 static void ob_fixed(obuf *o, int64_t v, int decimals)
 {
     char tmp[40];
@@ -99,10 +79,13 @@ static void ob_fixed(obuf *o, int64_t v, int decimals)
     if (v < 0) o->buf[o->n++] = '-';
     memcpy(o->buf + o->n, tmp + k, (size_t)int_digits);
     o->n += (size_t)int_digits;
+    if (decimals == 0) return;
     o->buf[o->n++] = '.';
     memcpy(o->buf + o->n, tmp + 40 - decimals, (size_t)decimals);
     o->n += (size_t)decimals;
 }
+
+static void ob_i64(obuf *o, int64_t v) { ob_fixed(o, v, 0); }
 
 /* ns -> microseconds, rounded half away from zero. */
 static int64_t ns_to_us(double ns) { return (int64_t)llround(ns / 1000.0); }
