@@ -296,6 +296,9 @@ START_TEST(test_bad_rows_name_file_and_line)
     /* stamps 300 years apart: the difference would overflow int64 ns */
     expect_error(d, "azure_far.csv", AZURE_HDR "1900-01-01 00:00:00,1,1\r\n2200-12-31 23:59:59,1,1\r\n", 3,
                  "more than 1000000000 s after the first row");
+    /* and backwards: the message's offset must not overflow either (UBSan checks) */
+    expect_error(d, "azure_far_back.csv", AZURE_HDR "2200-12-31 23:59:59,1,1\r\n1900-01-01 00:00:00,1,1\r\n", 3,
+                 "arrival time goes backwards");
     expect_error(d, "azure_feb29.csv", AZURE_HDR "2023-02-29 00:00:00.0000000,1,1\r\n", 2,
                  "TIMESTAMP \"2023-02-29 00:00:00.0000000\"");
     expect_error(d, "azure_mixed.csv", AZURE_HDR "2023-02-28 00:00:00,1,1\r\n2023-02-28 00:00:01,1,1\n"

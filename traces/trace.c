@@ -321,8 +321,8 @@ static int place_in_time(trace_reader *t, int64_t raw_ns, arrival *out, terr *e)
         return row_error(t, e,
                          "arrival time goes backwards: %.6f s after the first row, but line %lld "
                          "was at %.6f s (rows must be in nondecreasing arrival order)",
-                         (double)(raw_ns - t->origin_ns) / 1e9, (long long)t->last_line,
-                         (double)(t->last_ns - t->origin_ns) / 1e9);
+                         ((double)raw_ns - (double)t->origin_ns) / 1e9, (long long)t->last_line,
+                         ((double)t->last_ns - (double)t->origin_ns) / 1e9); /* far-apart stamps: no int64 difference */
     int64_t origin = t->have_origin ? t->origin_ns : raw_ns;
     /* Absolute stamps (Azure's) far apart would overflow the difference: bound it first, as
      * offsets stated in seconds are bounded where they are parsed. */
