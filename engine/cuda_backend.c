@@ -13,11 +13,13 @@
  * down GEMM (+= residual); then the final norm over the logits rows only and the LM head. The
  * residual adds are the GEMMs' own (cuBLAS beta = 1, or the skinny kernel's epilogue), so the
  * norms only read the residual stream.
- * GEMMs with at most SKINNY_MAX_ROWS (8) rows use the weight-streaming kernel (k_gemm_skinny),
- * others cuBLAS (bf16 in, fp32 compute). Steps of at most 8 rows (decode) run fused, five
+ * GEMMs with at most SKINNY_MAX_ROWS (2) rows use the weight-streaming kernel (k_gemm_skinny),
+ * others cuBLAS (bf16 in, fp32 compute). Steps of at most 2 rows (decode) run fused, five
  * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
- * small kernel cost more in launch and drain than its work. Pure-decode steps of one sequence
+ * small kernel cost more in launch and drain than its work. From 4 rows the cuBLAS path is
+ * faster (measured decode steps: B4 4.94 against 5.63 ms fused, B8 5.49 against 9.44): the
+ * weight-streaming kernel multiplies on CUDA cores, whose work per weight byte grows with M. Pure-decode steps of one sequence
  * run all layers in one persistent kernel instead, where it supports the model's shape
  * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
  * through shared memory ahead of them. At 2 and 4 sequences it measured slower than the five
@@ -54,7 +56,7 @@
 _Static_assert(CU_ERR_DEVICE == ENGINE_ERR_DEVICE, "a failed CUDA call is a device error");
 
 #define PF_TILE K_PREFILL_TILE
-#define SKINNY_MAX_ROWS 8 /* GEMMs of at most this many rows stream weights (k_gemm_skinny) */
+#define SKINNY_MAX_ROWS 2 /* GEMMs of at most this many rows stream weights (k_gemm_skinny) */
 
 typedef struct cuda_layer {
     bf16_t *attn_norm; /* (h) */
@@ -65,7 +67,7 @@ typedef struct cuda_layer {
     bf16_t *wdown;     /* (h, I) */
 } cuda_layer;
 
-#define WARMUP_FIRST_TOKENS 9 /* the smallest step cuBLAS runs (smaller ones are skinny) */
+#define WARMUP_FIRST_TOKENS (SKINNY_MAX_ROWS + 1) /* the smallest step cuBLAS runs */
 
 /* Where a step's arrays sit in the metadata buffer (int32 offsets); a function of the counts
  * only, so a captured graph's pointers stay valid for every step of the same shape. */

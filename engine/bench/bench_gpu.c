@@ -176,19 +176,22 @@ static void gemms(void)
         }
         CUDA_CHECK(cudaMalloc(&g.y, (size_t)2048 * g.N * 4));
         char shape[64];
-        int Ms[] = {1, 4, 8};
-        for (int mi = 0; mi < 3; mi++) {
+        /* The weight-streaming kernel against cuBLAS at decode-sized M: where the engine
+         * switches from one to the other (SKINNY_MAX_ROWS in cuda_backend.c). */
+        int Ms[] = {1, 2, 4, 8, 16};
+        for (int mi = 0; mi < 5; mi++) {
             g.M = Ms[mi];
             snprintf(shape, sizeof shape, "M=%d N=%d K=%d", g.M, g.N, g.K);
-            double t = time_it(do_skinny, &g, 20, 15);
             char name[64];
-            snprintf(name, sizeof name, "skinny GEMM %s", shapes[s].name);
-            row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
-            if (g.M == 1) {
-                t = time_it(do_cublas, &g, 20, 15);
-                snprintf(name, sizeof name, "cuBLAS GEMM %s", shapes[s].name);
+            double t;
+            if (g.M <= 8) {
+                t = time_it(do_skinny, &g, 20, 15);
+                snprintf(name, sizeof name, "skinny GEMM %s", shapes[s].name);
                 row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
             }
+            t = time_it(do_cublas, &g, 20, 15);
+            snprintf(name, sizeof name, "cuBLAS GEMM %s", shapes[s].name);
+            row(name, shape, t, (double)wbytes, "GB/s", copy_bw, wbytes / copy_bw);
         }
         {
             /* fused: qkv = norm + GEMM + RoPE + KV write, o/down += residual, gate_up = norm +
@@ -544,7 +547,8 @@ static void swaps(void)
 }
 
 /* How the engine runs a pure-decode step of B sequences (cuda_backend.c). */
-static const char *decode_path(int B) { return B == 1 ? "persistent" : B <= 8 ? "fused" : "cuBLAS"; }
+/* (SKINNY_MAX_ROWS there) */
+static const char *decode_path(int B) { return B == 1 ? "persistent" : B <= 2 ? "fused" : "cuBLAS"; }
 
 static void whole_steps(void)
 {
@@ -569,11 +573,11 @@ static void whole_steps(void)
         snprintf(shape, sizeof shape, "B=1 ctx=%d graphs, %s", ctxs[k], decode_path(1));
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
     }
-    static const int batches[] = {2, 4, 8, 64};
+    static const int batches[] = {2, 4, 8, 12, 16, 24, 32, 64};
     for (size_t k = 0; k < sizeof batches / sizeof *batches; k++) {
         const int B = batches[k];
         s = make_step(&sb, B, 1024, 1, S, bs, 0);
-        t = time_step(&eng, s, B == 64 ? 5 : 10, 9);
+        t = time_step(&eng, s, B >= 32 ? 5 : 10, 9);
         double bytes = wbytes + B * kv_tok * 1025;
         char name[32];
         snprintf(name, sizeof name, "STEP decode batch %d", B);
