@@ -363,11 +363,12 @@ def cmd_table(args):
         out.append("| model | batch | HF impl | status | tok/s | total s | warm-up s | peak GiB | how |")
         out.append("|---|---:|---|---|---:|---:|---:|---:|---|")
         for m, b, impl, r in details:
-            how = f"{r.get('cache', '')} cache, attn {r.get('attn', '')}"
+            how = [f"{r['cache']} cache, attn {r['attn']}"] if r.get("cache") else []
             if r.get("compile"):
-                how += f", compile {r['compile']}"
+                how.append(f"compile {r['compile']}")
             if r.get("error"):
-                how += f"; {r['error'][:120]}"
+                how.append(r["error"][:160].replace("|", "/"))
+            how = "; ".join(how)
             out.append(f"| {m} | {b} | {impl} | {r.get('status')} | {fmt(r.get('output_tok_s'))} "
                        f"| {fmt(r.get('total_s'), 2)} | {fmt(r.get('warmup_s'), 1)} | {fmt(r.get('peak_gib'), 1)} "
                        f"| {how} |")

@@ -190,11 +190,27 @@ if [ "$TANDEM" = 1 ]; then
                     --num-gpu-blocks-override "$blocks" --cost-model "$cm" --out "$d/sim-$cm" --quiet \
                     > "$OUT/logs/sim-$cm-$m-$b.log" 2>&1 || { say "$m batch $b: sim $cm failed"; status=1; }
             done
-            echo ok > "$d/status"
-            say "$m batch $b: tandem $(json_get "$run/summary.json" duration) s," \
-                "$(json_get "$run/summary.json" output_throughput) tok/s," \
-                "$(json_get "$run/summary.json" completed) of $b done; roofline" \
-                "$(json_get "$d/sim-roofline/summary.json" duration 2>/dev/null) s ($((SECONDS - t0)) s wall)"
+            # one line: the figures, or what is missing (rejected requests, e.g., exit 0 too)
+            line=$(python3 - "$run/summary.json" "$d/sim-roofline/summary.json" "$b" "$OUTPUT" <<'EOP'
+import json, sys
+s = json.load(open(sys.argv[1]))
+b, n = int(sys.argv[3]), int(sys.argv[4])
+try:
+    roof = "%.2f s" % json.load(open(sys.argv[2]))["duration"]
+except (OSError, ValueError, KeyError):
+    roof = "-"
+ok = s["completed"] == b and s["total_output_tokens"] == b * n
+print(("ok " if ok else "INCOMPLETE ") + "tandem %.2f s, %.0f output tok/s, %d of %d requests, %d of %d tokens, %d preemptions; roofline %s"
+      % (s["duration"], s["output_throughput"], s["completed"], b, s["total_output_tokens"], b * n, s["num_preemptions"], roof))
+EOP
+            )
+            if [ "${line%% *}" = ok ]; then
+                echo ok > "$d/status"
+            else
+                echo "${line#* }" > "$d/status"
+                status=1
+            fi
+            say "$m batch $b: ${line#ok } ($((SECONDS - t0)) s wall)"
         done
     done
     write_table
