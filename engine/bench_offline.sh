@@ -27,9 +27,10 @@
 # Other knobs: TANDEM=0 (skip tandem's side), REPEAT (2), PROMPT (512), OUTPUT (128),
 #   MAX_BATCHED_TOKENS (8192, vLLM's default; at least PROMPT), RUN_FLAGS (more flags for run and
 #   sim, e.g. "--gpu-memory-utilization 0.95"), BACKEND (cuda), HF_DEVICE (cuda), HF_ATTN (sdpa),
-#   HF_COMPILE (forward: transformers' docs' recipe; auto: generate's own), OUT
-#   (default /tmp/tandem-bench-offline), stage bounds T_RUN (per tandem run, 300 s), T_SIM (60 s),
-#   T_HF_EAGER (per model, 600 s), T_HF_COMPILED (per model and batch, 420 s).
+#   HF_COMPILE (forward: transformers' docs' recipe; auto: generate's own), HF_WARMUP_TOKENS (new
+#   tokens of eager's warm-up generate, 8; compiled warms up with a whole one), OUT
+#   (default /tmp/tandem-bench-offline), stage bounds T_RUN (per tandem run, 180 s), T_SIM (60 s),
+#   T_HF_EAGER (per model, 360 s), T_HF_COMPILED (per model and batch, 360 s).
 set -u -o pipefail
 
 if [ "${DRY:-0}" = 1 ]; then
@@ -55,7 +56,8 @@ BACKEND=${BACKEND:-cuda}
 HF_DEVICE=${HF_DEVICE:-cuda}
 HF_ATTN=${HF_ATTN:-sdpa}
 HF_COMPILE=${HF_COMPILE:-forward}
-T_RUN=${T_RUN:-300} T_SIM=${T_SIM:-60} T_HF_EAGER=${T_HF_EAGER:-600} T_HF_COMPILED=${T_HF_COMPILED:-420}
+HF_WARMUP_TOKENS=${HF_WARMUP_TOKENS:-8}
+T_RUN=${T_RUN:-180} T_SIM=${T_SIM:-60} T_HF_EAGER=${T_HF_EAGER:-360} T_HF_COMPILED=${T_HF_COMPILED:-360}
 OPEN_S=10 # rough: a tandem process's start (CUDA context, synthetic weights, KV allocation)
 
 MODELS=${MODELS//,/ } BATCHES=${BATCHES//,/ } HF=${HF//,/ }
@@ -140,7 +142,8 @@ for m in $MODELS; do
     fi
     for i in $HF; do
         est=$(python3 engine/bench_hf.py estimate --config "configs/models/$m.json" --impls "$i" \
-            --batches "$BATCHES" --prompt "$PROMPT" --output "$OUTPUT" --compile "$HF_COMPILE") || die "bench_hf.py estimate failed"
+            --batches "$BATCHES" --prompt "$PROMPT" --output "$OUTPUT" --compile "$HF_COMPILE" \
+            --warmup-tokens "$HF_WARMUP_TOKENS") || die "bench_hf.py estimate failed"
         proc=$(awk '$1 == "process" { print $2 }' <<<"$est")
         # eager: one process a model; compiled: one a point
         t=$(awk -v p="$proc" -v i="$i" '$1 == i { t += $3 + (i == "compiled" ? p : 0) } END { printf "%.0f", t + (i == "eager" ? p : 0) }' <<<"$est")
@@ -225,7 +228,8 @@ hf_stage() {
     log=$OUT/logs/hf-$impl-$m-$(echo "$*" | tr ' ' '-').log
     timeout -k 10 "$limit" python3 engine/bench_hf.py run --config "configs/models/$m.json" --name "$m" \
         --impl "$impl" --batches "$*" --prompt "$PROMPT" --output "$OUTPUT" --device "$HF_DEVICE" \
-        --attn "$HF_ATTN" --compile "$HF_COMPILE" --out "$OUT/hf/$m.jsonl" > "$log" 2>&1
+        --attn "$HF_ATTN" --compile "$HF_COMPILE" --warmup-tokens "$HF_WARMUP_TOKENS" \
+        --out "$OUT/hf/$m.jsonl" > "$log" 2>&1
     local rc=$?
     grep -E '^(bench_hf|HFBENCH)' "$log" | sed 's/^/  /'
     if [ $rc != 0 ]; then
