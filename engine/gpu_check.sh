@@ -4,6 +4,9 @@
 # and the per-kernel profile of whole steps.
 #
 # usage: BIN=build bash engine/gpu_check.sh [test|bench|profile|all]
+#   bench: `bench_engine_gpu ${BENCH:-all}`; BENCH=offline runs engine/bench_offline.sh instead
+#          (tandem's offline throughput beside transformers' generate and the roofline, into
+#          $OUT/offline; its own knobs, MODELS, BATCHES, HF, ..., pass through; not part of all)
 #   profile: `bench_engine_gpu profile` into $OUT/profile.log (not part of all)
 # Logs go to $OUT (default /tmp/tandem-gpu-check); a short summary is printed last.
 set -u -o pipefail
@@ -28,7 +31,11 @@ if [ "$what" = profile ]; then
     echo "== bench_engine_gpu profile"
     timeout -k 5 "$T_PROFILE" "$BIN/bench_engine_gpu" profile 2>&1 | tee "$OUT/profile.log" || status=1
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if [ "$what" = bench ] && [ "${BENCH:-}" = offline ]; then
+    echo "== bench_offline"
+    # its stages are bounded one by one (T_RUN, T_HF_EAGER, T_HF_COMPILED), so no timeout here
+    BIN="$BIN" OUT="$OUT/offline" bash engine/bench_offline.sh 2>&1 | tee "$OUT/bench_offline.log" || status=1
+elif [ "$what" = bench ] || [ "$what" = all ]; then
     echo "== bench_engine_gpu"
     timeout -k 5 "$T_BENCH" "$BIN/bench_engine_gpu" "${BENCH:-all}" 2>&1 | tee "$OUT/bench.log" || status=1
 fi
@@ -40,5 +47,6 @@ echo "==================== summary ===================="
 [ -f "$OUT/compare_hf.log" ] && grep -E "PASS|FAIL|greedy tokens:|rel L2 per row|compare_hf:" "$OUT/compare_hf.log"
 [ -f "$OUT/bench.log" ] && grep -E "STEP|decode attention|prefill attention|ceiling" "$OUT/bench.log"
 [ -f "$OUT/profile.log" ] && grep -E "^(PROFILE|CLOCKS|profile:)" "$OUT/profile.log"
+[ -f "$OUT/bench_offline.log" ] && [ -f "$OUT/offline/table.md" ] && cat "$OUT/offline/table.md"
 echo "gpu_check: $([ $status = 0 ] && echo all passed || echo FAILURES above)"
 exit $status
