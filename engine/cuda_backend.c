@@ -784,7 +784,7 @@ static int cuda_warmup(void *self, terr *e)
     int32_t *tok = rows, *pos = rows + max_t, *slot = rows + 2 * max_t, qsl[2] = {0, 0};
     int32_t stride = (int32_t)div_ceil_i64(max_t, o->block_size), rc = 0;
     for (int32_t b = 0; b < stride; b++) bt[b] = b;
-    for (int64_t t = WARMUP_FIRST_TOKENS; t <= max_t && !rc; t = t == max_t ? max_t + 1 : min_i64(max_t, t * 5 / 4)) {
+    for (int64_t t = WARMUP_FIRST_TOKENS; t <= max_t && !rc; t = t == max_t ? max_t + 1 : min_i64(max_t, t + 1 + t / 4)) {
         for (int32_t p = 0; p < t; p++) tok[p] = p % m->mc.vocab_size, pos[p] = p, slot[p] = p;
         qsl[1] = (int32_t)t;
         int32_t last = (int32_t)t - 1, len = (int32_t)t;
