@@ -62,14 +62,19 @@ INCS    := -I. -Icore
 CFLAGS  ?= -O2 -g
 CFLAGS_ALL = $(CSTD) $(WARN) $(INCS) $(CFLAGS) -MMD -MP
 # Debian libraries are linked statically so the binary also runs on the GPU machine, which has
-# none of them; the C library, libm and the CUDA libraries stay dynamic.
+# none of them; the C library and libm stay dynamic. Of CUDA, only the runtime is linked
+# (statically; it loads the driver itself when first called): cuBLAS and CUPTI are loaded with
+# dlopen when the CUDA engine opens (engine/cuda_libs.h), from the run path set here, so that
+# commands that never open it do not map them (~215 MB).
 STATIC_LIBS := -Wl,-Bstatic -lgsl -lgslcblas -lcsv -ljansson -lxxhash -Wl,-Bdynamic
-LDLIBS  := $(STATIC_LIBS) -lm -lpthread
+LDLIBS  := $(STATIC_LIBS) -lm -lpthread -ldl
 
 ifeq ($(CUDA),1)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -lineinfo
 CFLAGS_ALL += -DTANDEM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+# for programs that call cuBLAS themselves (bench_engine_gpu)
+CUBLAS_LIBS := -lcublasLt -lcublas
 CU_SRCS := $(wildcard kernels/*.cu)
 else
 CU_SRCS :=

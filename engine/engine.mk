@@ -28,7 +28,7 @@ CUPTI_LIBS := -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti
 endif
 $(ENGINE_BENCH): $(ENGINE_BENCH_OBJS) $(REL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUPTI_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUBLAS_LIBS) $(CUPTI_LIBS)
 all: $(ENGINE_BENCH)
 else
 $(ENGINE_BENCH):
