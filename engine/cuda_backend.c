@@ -91,6 +91,7 @@ typedef struct cuda_model {
     int32_t qkv_dim;
     cudaStream_t stream;
     const cuda_blas *cublas; /* the library, loaded at open */
+    ktrace_meter *ktrace;    /* the kernel time of each step (o.kernel_trace), else NULL */
     cublasHandle_t blas;
     void *blas_ws;
     bf16_t *weights; /* every weight, one allocation */
@@ -199,6 +200,7 @@ static void cuda_destroy(void *self)
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
     if (m->meta_copied) cudaEventDestroy(m->meta_copied);
     if (m->stream) cudaStreamDestroy(m->stream);
+    ktrace_meter_close(m->ktrace);
     free(m->layers);
     free(m->tiles);
     free(m);
@@ -353,6 +355,9 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
         if ((rc = (call))) goto fail;                                                             \
     } while (0)
 #define CU(call) TRY(CU_CALL(call))
+    /* The kernel trace starts before the first graph is captured: CUPTI reports the kernels a
+     * graph replays only for graphs instantiated while it traces. */
+    if (o->kernel_trace && ktrace_meter_open(&m->ktrace, e)) goto fail;
     CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
@@ -803,6 +808,8 @@ static int cuda_warmup(void *self, terr *e)
     free(rows);
     if (rc) return rc;
     CU_TRY(cudaStreamSynchronize(m->stream));
+    ktrace_step dropped; /* the warm-up's kernels are no step's */
+    if (m->ktrace && ktrace_meter_take(m->ktrace, &dropped, e)) return ENGINE_ERR_DEVICE;
     return 0;
 }
 
@@ -841,6 +848,13 @@ static int cuda_sync(void *self, terr *e)
     return 0;
 }
 
+/* A forced CUPTI flush: every kernel of the synced stream has its record by then. */
+static int cuda_kernel_time(void *self, ktrace_step *out, terr *e)
+{
+    cuda_model *m = self;
+    return ktrace_meter_take(m->ktrace, out, e) ? ENGINE_ERR_DEVICE : 0;
+}
+
 const engine_backend_ops cuda_backend_ops = {
     .name = "cuda",
     .open = cuda_open,
@@ -850,6 +864,7 @@ const engine_backend_ops cuda_backend_ops = {
     .swap = cuda_swap,
     .sync = cuda_sync,
     .warmup = cuda_warmup,
+    .kernel_time = cuda_kernel_time,
     .destroy = cuda_destroy,
 };
 
