@@ -84,8 +84,8 @@ const cuda_cupti *cuda_cupti_get(terr *e)
     snprintf(versioned, sizeof versioned, "libcupti.so.%d", CUDART_VERSION / 1000);
     const char *const files[] = {versioned, "libcupti.so", NULL};
     const cuda_lib_spec spec = {"CUPTI", files, syms, ARRAY_LEN(syms),
-                                " (the kernel trace needs the CUDA toolkit's CUPTI: install it, put its "
-                                "directory on LD_LIBRARY_PATH, or run with --no-kernel-trace)"};
+                                " (the kernel trace needs the CUDA toolkit's CUPTI: install it or put its "
+                                "directory on LD_LIBRARY_PATH; `tandem run --no-kernel-trace` runs without it)"};
     if (cuda_lib_open(&spec, &cupti, e)) return NULL;
     loaded = true;
     return &cupti;
