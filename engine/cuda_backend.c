@@ -355,8 +355,8 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
         if ((rc = (call))) goto fail;                                                             \
     } while (0)
 #define CU(call) TRY(CU_CALL(call))
-    /* The kernel trace starts before the first graph is captured: CUPTI reports the kernels a
-     * graph replays only for graphs instantiated while it traces. */
+    /* The kernel trace starts before the first graph is captured, so that every graph is
+     * instantiated while CUPTI traces (engine/kernel_trace.h). */
     if (o->kernel_trace && ktrace_meter_open(&m->ktrace, e)) goto fail;
     CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));

@@ -8,9 +8,10 @@
  *   - CUPTI's activity state belongs to the process, so the trace has one client at a time:
  *     ktrace_open fails while another client holds it (or while another tool, such as Nsight
  *     Systems, holds CUPTI).
- *   - Tracing is turned on before the work to be seen is even captured: kernels that CUDA graphs
- *     replay are reported only for graphs instantiated while tracing was on. Open the trace
- *     before the engine captures its graphs (the CUDA backend does so at open).
+ *   - Tracing is turned on before the work to be seen is even captured, so that every CUDA graph
+ *     is captured and instantiated while it is on (as `bench_engine_gpu profile` always did, where
+ *     the kernels graphs replay are reported); the CUDA backend opens it before its first
+ *     capture. Whether a graph instantiated before the trace reports its kernels is untested.
  *   - Records reach the client's function when CUPTI hands over a buffer: when one fills (on a
  *     thread of CUPTI's, at any time) or in ktrace_flush (forced: every buffer, before it
  *     returns). The client guards its own state. A flush does not wait for the GPU: what the
