@@ -12,9 +12,9 @@
  * from under them), by the thread that opens the engine.
  *
  * Where: first the soname of the toolkit tandem was compiled against (libcublas.so.13 and
- * libcupti.so.13 for CUDA 13, from its headers' version), then the unversioned name, each
- * searched as the dynamic linker does: the binary's run path ($(CUDA_HOME)/lib64, set by the
- * Makefile), LD_LIBRARY_PATH, the system's directories.
+ * libcupti.so.13 for CUDA 13, from its headers' version), then the unversioned name (which may
+ * be another toolkit's), each searched as the dynamic linker does: LD_LIBRARY_PATH, the binary's
+ * run path ($(CUDA_HOME)/lib64, set by the Makefile), the system's directories.
  */
 #ifndef TANDEM_CUDA_LIBS_H
 #define TANDEM_CUDA_LIBS_H
