@@ -62,14 +62,31 @@ INCS    := -I. -Icore
 CFLAGS  ?= -O2 -g
 CFLAGS_ALL = $(CSTD) $(WARN) $(INCS) $(CFLAGS) -MMD -MP
 # Debian libraries are linked statically so the binary also runs on the GPU machine, which has
-# none of them; the C library, libm and the CUDA libraries stay dynamic.
+# none of them; the C library and libm stay dynamic. Of CUDA, only the runtime is linked
+# (statically; it loads the driver itself when first called): cuBLAS and CUPTI are loaded with
+# dlopen when the CUDA engine opens (engine/cuda_libs.h), from the run path set here, so that
+# commands that never open it do not map them (~215 MB).
 STATIC_LIBS := -Wl,-Bstatic -lgsl -lgslcblas -lcsv -ljansson -lxxhash -Wl,-Bdynamic
-LDLIBS  := $(STATIC_LIBS) -lm -lpthread
+LDLIBS  := $(STATIC_LIBS) -lm -lpthread -ldl
 
 ifeq ($(CUDA),1)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -lineinfo
 CFLAGS_ALL += -DTANDEM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+# for programs that call cuBLAS themselves (bench_engine_gpu)
+CUBLAS_LIBS := -lcublasLt -lcublas
+# CUPTI (the kernel trace: `tandem run`'s kernel time per step, `bench_engine_gpu profile`):
+# headers from where the toolkit keeps them (or CUPTI_INC); the library is loaded at run time,
+# from the run path (CUPTI_LIB's too, when it is not beside cuBLAS). Without the headers the
+# kernel trace says why it cannot run.
+CUPTI_INC ?= $(firstword $(foreach d,$(CUDA_HOME)/include $(CUDA_HOME)/extras/CUPTI/include,$(if $(wildcard $(d)/cupti.h),$(d))))
+CUPTI_LIB ?= $(firstword $(foreach d,$(CUDA_HOME)/lib64 $(CUDA_HOME)/extras/CUPTI/lib64,$(if $(wildcard $(d)/libcupti.so*),$(d))))
+ifneq ($(CUPTI_INC),)
+CFLAGS_ALL += -DTANDEM_HAVE_CUPTI=1 $(if $(filter $(CUDA_HOME)/include,$(CUPTI_INC)),,-I$(CUPTI_INC))
+endif
+ifneq ($(filter-out $(CUDA_HOME)/lib64,$(CUPTI_LIB)),)
+LDLIBS  += -Wl,-rpath,$(CUPTI_LIB)
+endif
 CU_SRCS := $(wildcard kernels/*.cu)
 else
 CU_SRCS :=

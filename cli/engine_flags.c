@@ -11,6 +11,8 @@ const opt_spec engine_flag_specs[] = {
     {"temperature", OPT_F64, O(temperature), "0", "sampling temperature (0: greedy)"},
     {"top-p", OPT_F64, O(top_p), "1", "nucleus sampling"},
     {"cuda-graphs", OPT_BOOL, O(cuda_graphs), "true", "replay decode steps from CUDA graphs"},
+    {"kernel-trace", OPT_BOOL, O(kernel_trace), "true",
+     "cuda: time each step's GPU kernels with CUPTI (steps.csv: kernel_us, kernel_busy)"},
     OPT_END,
 };
 #undef O
@@ -34,6 +36,7 @@ int engine_flags_open(const engine_flags *f, const serving_options *o, serving_s
     eo.num_host_blocks = su->num_host_blocks;
     eo.max_model_len = su->sched.max_model_len;
     eo.cuda_graphs = f->cuda_graphs;
+    eo.kernel_trace = f->kernel_trace;
     bool cpu = strcmp(f->backend, "cpu") == 0;
     eo.num_blocks = o->num_gpu_blocks_override ? (int32_t)o->num_gpu_blocks_override
                     : cpu                      ? 0

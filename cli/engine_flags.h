@@ -18,6 +18,7 @@ typedef struct engine_flags {
     int64_t weight_seed;
     double temperature, top_p;
     bool cuda_graphs;
+    bool kernel_trace;
 } engine_flags;
 
 /* The engine's flags; offsets into an engine_flags. */

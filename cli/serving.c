@@ -589,6 +589,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .write_requests = o->requests,
         .write_steps = o->steps,
         .write_host_time = ex.ops->measures_host,
+        .write_kernel_time = ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self),
         .write_tokens = o->tokens,
         /* a replica's peaks: TP GPUs side by side */
         .peak_flops = su->gpu->peak_bf16_flops * su->tensor_parallel,

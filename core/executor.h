@@ -24,11 +24,18 @@ typedef struct step_result {
      * step serially with the device (building the step's arrays, enqueueing, reading back
      * tokens). The serving loop adds its own scheduling time to it in steps.csv. */
     int64_t host_ns;
+    /* For an executor that times the GPU's kernels (measures_kernels): their durations summed,
+     * and the time at least one ran (their union: kernels that overlap count once), both from
+     * the GPU's own timestamps. */
+    int64_t kernel_ns, kernel_busy_ns;
 } step_result;
 
 typedef struct executor_ops {
     const char *name;
     bool measures_host; /* fills step_result's host_ns (steps.csv gains host_us, sched_us) */
+    /* Whether this executor fills step_result's kernel_ns and kernel_busy_ns (steps.csv gains
+     * kernel_us, kernel_busy). May be NULL: never. */
+    bool (*measures_kernels)(void *self);
     /* Runs b; fills out. Returns 0, or -1 with e set (a real engine can fail). */
     int (*execute)(void *self, const batch *b, step_result *out, terr *e);
     /* Called when a request leaves the system (finished, rejected), so an engine can drop

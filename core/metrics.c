@@ -112,6 +112,9 @@ struct metrics {
     qhist ttft, tpot, e2el, queue;   /* ms, on a microsecond grid, one sample per finished request */
     qhist itl;                       /* ms, on a microsecond grid */
     qhist host_us, sched_us;         /* per step, on a 0.1 us grid (write_host_time) */
+    qhist kernel_us;                 /* per step, on a 0.1 us grid (write_kernel_time) */
+    qhist kernel_busy;               /* per step, a fraction on a 1e-4 grid (write_kernel_time) */
+    double kernel_busy_ns, kernel_step_ns; /* summed over steps (write_kernel_time) */
     int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
     size_t n_step_itl, cap_step_itl;
     metrics_summary s;
@@ -144,6 +147,8 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
     for (size_t i = 0; i < ARRAY_LEN(ms_hists); i++) qhist_init(ms_hists[i], 1e-3);
     qhist_init(&m->host_us, 0.1);
     qhist_init(&m->sched_us, 0.1);
+    qhist_init(&m->kernel_us, 0.1);
+    qhist_init(&m->kernel_busy, 1e-4);
     m->first_arrival_ns = INT64_MAX;
     m->last_end_ns = INT64_MIN;
     if (opt->num_replicas > 1) m->reps = xcalloc((size_t)opt->num_replicas, sizeof *m->reps);
@@ -166,13 +171,14 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
         }
         if (opt->write_steps) {
             char head[512];
-            snprintf(head, sizeof head, "%s%s%s\n",
+            snprintf(head, sizeof head, "%s%s%s%s\n",
                      "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
                      "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
                      "num_preemptions,swap_blocks,kv_tokens,num_prefill_seqs,"
                      "num_decode_seqs,num_emitting,padding_tokens,prefill_pairs2,"
                      "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu",
-                     opt->write_host_time ? ",host_us,sched_us" : "", replica_col);
+                     opt->write_host_time ? ",host_us,sched_us" : "",
+                     opt->write_kernel_time ? ",kernel_us,kernel_busy" : "", replica_col);
             m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
             if (!m->step_out || preempt_log_open(&m->preempts, opt->out_dir, e)) goto fail;
         }
@@ -348,6 +354,13 @@ void metrics_step(metrics *m, const step_stats *st)
         qhist_add(&m->host_us, (double)st->host_ns / 1e3, 1);
         qhist_add(&m->sched_us, (double)st->sched_ns / 1e3, 1);
     }
+    double busy = st->duration_ns > 0 ? (double)st->kernel_busy_ns / (double)st->duration_ns : 0;
+    if (m->opt.write_kernel_time) {
+        qhist_add(&m->kernel_us, (double)st->kernel_ns / 1e3, 1);
+        qhist_add(&m->kernel_busy, busy, 1);
+        m->kernel_busy_ns += (double)st->kernel_busy_ns;
+        m->kernel_step_ns += (double)st->duration_ns;
+    }
 
     obuf *o = m->step_out;
     if (!o) return;
@@ -398,6 +411,12 @@ void metrics_step(metrics *m, const step_stats *st)
         ob_fixed(o, (st->host_ns + 5) / 10, 2); /* us */
         ob_char(o, ',');
         ob_fixed(o, (st->sched_ns + 5) / 10, 2);
+    }
+    if (m->opt.write_kernel_time) {
+        ob_char(o, ',');
+        ob_fixed(o, (st->kernel_ns + 5) / 10, 2); /* us */
+        ob_char(o, ',');
+        ob_fixed(o, llround(busy * 1e4), 4);
     }
     if (m->reps) {
         ob_char(o, ',');
@@ -489,6 +508,15 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
                                                      h[i]->median, "p99", h[i]->p99, "max", h[i]->max));
         json_object_set_new(o, "host_overlaps_gpu", json_false());
     }
+    if (opt->write_kernel_time) {
+        const latency_stats *k = &s->kernel_us;
+        json_object_set_new(o, "kernel_us", json_pack("{s:f,s:f,s:f,s:f}", "mean", k->mean, "median", k->median,
+                                                      "p99", k->p99, "max", k->max));
+        json_object_set_new(o, "kernel_busy",
+                            json_pack("{s:f,s:f,s:f,s:f,s:f}", "mean", s->kernel_busy.mean, "median",
+                                      s->kernel_busy.median, "p1", s->kernel_busy.p1, "min", s->kernel_busy.min,
+                                      "overall", s->kernel_busy.overall));
+    }
     return o;
 }
 
@@ -509,6 +537,13 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->queue = lat_hist(&m->queue);
     s->host_us = lat_hist(&m->host_us);
     s->sched_us = lat_hist(&m->sched_us);
+    s->kernel_us = lat_hist(&m->kernel_us);
+    const qhist *kb = &m->kernel_busy;
+    s->kernel_busy.mean = qhist_mean(kb);
+    s->kernel_busy.median = qhist_percentile(kb, 50);
+    s->kernel_busy.p1 = qhist_percentile(kb, 1);
+    s->kernel_busy.min = kb->n ? kb->min : 0;
+    s->kernel_busy.overall = m->kernel_step_ns > 0 ? m->kernel_busy_ns / m->kernel_step_ns : 0;
     s->busy_s = m->busy_ns / 1e9;
     /* a cluster's replicas are busy side by side: the fraction is of their time together */
     s->num_replicas = m->reps ? m->opt.num_replicas : 1;
@@ -605,6 +640,8 @@ void metrics_free(metrics *m)
     qhist_free(&m->itl);
     qhist_free(&m->host_us);
     qhist_free(&m->sched_us);
+    qhist_free(&m->kernel_us);
+    qhist_free(&m->kernel_busy);
     qhist_free(&m->e2el);
     qhist_free(&m->queue);
     free(m->step_itl);

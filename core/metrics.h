@@ -37,6 +37,8 @@ typedef struct metrics_options {
     bool write_requests;    /* requests.csv (on by default in the CLI) */
     bool write_steps;       /* steps.csv (on by default in the CLI) */
     bool write_host_time;   /* steps.csv gains host_us and sched_us (an executor that measures) */
+    bool write_kernel_time; /* steps.csv gains kernel_us and kernel_busy (an executor that times
+                               the GPU's kernels: the CUDA engine with its kernel trace on) */
     bool write_tokens;      /* tokens.csv: each finished request's generated token ids, when the
                                executor produced real tokens (the engine) */
     double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
@@ -66,6 +68,7 @@ typedef struct step_stats {
     step_shape shape;        /* what the step computed (core/batch.h) */
     double flops, bytes;     /* its useful work (core/work.h); 0 when the model is not known */
     int64_t host_ns, sched_ns; /* measured host time (core/executor.h), when write_host_time */
+    int64_t kernel_ns, kernel_busy_ns; /* the GPU's kernels (core/executor.h), when write_kernel_time */
     const batch *batch;      /* the step's items and preempted requests, for preemptions.csv
                                 (NULL: not logged) */
 } step_stats;
@@ -104,6 +107,12 @@ typedef struct metrics_summary {
     double prefix_cache_hit_rate; /* cached prompt tokens / prompt tokens of admitted requests */
     latency_stats host_us, sched_us; /* host time per step (us), when write_host_time: all of it,
                                         and the serving loop's part (steps.csv) */
+    latency_stats kernel_us;   /* GPU kernel time per step (us, durations summed), when
+                                  write_kernel_time */
+    struct {
+        double mean, median, p1, min; /* per step: kernel busy time / step wall time */
+        double overall;               /* kernel busy time / step time, both summed over steps */
+    } kernel_busy;             /* when write_kernel_time */
     int32_t num_replicas;      /* 1 for one replica */
     double load_imbalance;     /* max / mean over replicas of busy time (1 = even; 1 for one) */
 } metrics_summary;

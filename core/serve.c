@@ -288,6 +288,8 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         .shape = batch_shape(b),
         .host_ns = sched_ns + out->host_ns,
         .sched_ns = sched_ns,
+        .kernel_ns = out->kernel_ns,
+        .kernel_busy_ns = out->kernel_busy_ns,
         .batch = b,
     };
     if (cfg->model) {

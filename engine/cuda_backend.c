@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "engine/cpu_ops.h"
+#include "engine/cuda_libs.h"
 #include "engine/weights.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
@@ -57,6 +58,10 @@ _Static_assert(CU_ERR_DEVICE == ENGINE_ERR_DEVICE, "a failed CUDA call is a devi
 
 #define PF_TILE K_PREFILL_TILE
 #define SKINNY_MAX_ROWS 2 /* GEMMs of at most this many rows stream weights (k_gemm_skinny) */
+
+/* A cuBLAS call through the table loaded at open (engine/cuda_libs.h), checked as BLAS_CALL
+ * checks a linked one: 0, or CU_ERR_DEVICE with e set. */
+#define BLAS(call) cuda_lib_blas_status(e, m->cublas, m->cublas->call, __FILE__, __LINE__, #call)
 
 typedef struct cuda_layer {
     bf16_t *attn_norm; /* (h) */
@@ -87,6 +92,8 @@ typedef struct cuda_model {
     int32_t max_items; /* prefill attention tiles per step */
     int32_t qkv_dim;
     cudaStream_t stream;
+    const cuda_blas *cublas; /* the library, loaded at open */
+    ktrace_meter *ktrace;    /* the kernel time of each step (o.kernel_trace), else NULL */
     cublasHandle_t blas;
     void *blas_ws;
     bf16_t *weights; /* every weight, one allocation */
@@ -187,7 +194,7 @@ static void cuda_destroy(void *self)
     for (int32_t i = 0; m->graphs && i < m->num_graph_sizes * m->num_buckets; i++)
         if (m->graphs[i]) cudaGraphExecDestroy(m->graphs[i]);
     free(m->graphs), free(m->graph_sizes), free(m->row_used);
-    if (m->blas) cublasDestroy(m->blas);
+    if (m->blas) m->cublas->cublasDestroy_v2(m->blas);
     void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->qkv16,
                    m->attn, m->gu, m->act, m->xrows, m->logits, m->partials, m->counters,
                    m->d_layers, m->ds_partials, m->ds_barrier, m->d_meta, m->d_samp, m->d_tok};
@@ -195,6 +202,7 @@ static void cuda_destroy(void *self)
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
     if (m->meta_copied) cudaEventDestroy(m->meta_copied);
     if (m->stream) cudaStreamDestroy(m->stream);
+    ktrace_meter_close(m->ktrace);
     free(m->layers);
     free(m->tiles);
     free(m);
@@ -314,9 +322,12 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     if (h % 8 || I % 8 || h > 16384)
         return terr_set(e, "%s: the CUDA kernels need hidden_size and intermediate_size to be "
                            "multiples of 8 (and hidden_size <= 16384)", mc->name);
+    const cuda_blas *cublas = cuda_blas_get(e); /* loaded here, not at start: cuda_libs.h */
+    if (!cublas) return ENGINE_ERR_DEVICE;
 
     cuda_model *m = xcalloc(1, sizeof *m);
     *self = m;
+    m->cublas = cublas;
     m->mc = *mc;
     m->o = *o;
     m->S = (int32_t)div_ceil_i64(o->max_model_len, o->block_size);
@@ -346,14 +357,17 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
         if ((rc = (call))) goto fail;                                                             \
     } while (0)
 #define CU(call) TRY(CU_CALL(call))
+    /* The kernel trace starts before the first graph is captured, so that every graph is
+     * instantiated while CUPTI traces (engine/kernel_trace.h). */
+    if (o->kernel_trace && ktrace_meter_open(&m->ktrace, e)) goto fail;
     CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
-    TRY(BLAS_CALL(cublasCreate(&m->blas)));
-    TRY(BLAS_CALL(cublasSetStream(m->blas, m->stream)));
+    TRY(BLAS(cublasCreate_v2(&m->blas)));
+    TRY(BLAS(cublasSetStream_v2(m->blas, m->stream)));
     TRY(dev_alloc(&m->blas_ws, 32u << 20, "the cuBLAS workspace", e));
     /* no allocation inside graph capture */
-    TRY(BLAS_CALL(cublasSetWorkspace(m->blas, m->blas_ws, 32u << 20)));
+    TRY(BLAS(cublasSetWorkspace_v2(m->blas, m->blas_ws, 32u << 20)));
 
     TRY(alloc_weights(m, e));
     TRY(load_weights(m, src, e));
@@ -458,10 +472,9 @@ static int gemm(cuda_model *m, const bf16_t *x, const bf16_t *w, void *y, int y_
     /* cuBLAS is column-major: row-major y (M, N) is y^T (N, M) = op(w) x^T, where w's (N, K)
      * rows read column-major are a (K, N) matrix, hence OP_T; x's rows are x^T's columns. */
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    BLAS_TRY(cublasGemmEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, CUDA_R_16BF, K, x,
-                          CUDA_R_16BF, K, &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, N,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
+    return BLAS(cublasGemmEx(m->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, CUDA_R_16BF, K, x,
+                             CUDA_R_16BF, K, &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, N,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* Enqueues the whole forward pass for a step whose arrays are at `l` in d_meta. */
@@ -797,6 +810,8 @@ static int cuda_warmup(void *self, terr *e)
     free(rows);
     if (rc) return rc;
     CU_TRY(cudaStreamSynchronize(m->stream));
+    ktrace_step dropped; /* the warm-up's kernels are no step's */
+    if (m->ktrace && ktrace_meter_take(m->ktrace, &dropped, e)) return ENGINE_ERR_DEVICE;
     return 0;
 }
 
@@ -835,6 +850,13 @@ static int cuda_sync(void *self, terr *e)
     return 0;
 }
 
+/* A forced CUPTI flush: every kernel of the synced stream has its record by then. */
+static int cuda_kernel_time(void *self, ktrace_step *out, terr *e)
+{
+    cuda_model *m = self;
+    return ktrace_meter_take(m->ktrace, out, e) ? ENGINE_ERR_DEVICE : 0;
+}
+
 const engine_backend_ops cuda_backend_ops = {
     .name = "cuda",
     .open = cuda_open,
@@ -844,6 +866,7 @@ const engine_backend_ops cuda_backend_ops = {
     .swap = cuda_swap,
     .sync = cuda_sync,
     .warmup = cuda_warmup,
+    .kernel_time = cuda_kernel_time,
     .destroy = cuda_destroy,
 };
 

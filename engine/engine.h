@@ -41,6 +41,7 @@
 
 #include "core/model_config.h"
 #include "core/util.h"
+#include "engine/kernel_trace.h"
 
 struct wt_source; /* engine/weights.h */
 
@@ -81,9 +82,11 @@ typedef struct engine_opts {
     bool cpu_round_bf16;       /* cpu: round weights, KV and GEMM inputs to bf16 where the GPU
                                   does, so GPU and CPU logits agree to bf16 accumulation error */
     bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
+    bool kernel_trace;         /* cuda: time the GPU's kernels with CUPTI (engine_kernel_time);
+                                  other backends ignore it (opts as resolved: false) */
 } engine_opts;
 
-/* Fills the defaults above (backend "cuda", CUDA graphs on). */
+/* Fills the defaults above (backend "cuda", CUDA graphs on, kernel trace off). */
 void engine_opts_default(engine_opts *o);
 
 typedef struct engine_backend_ops {
@@ -105,6 +108,9 @@ typedef struct engine_backend_ops {
     /* Does at open what the first steps would otherwise pay for (graph captures, first kernel
      * loads), so that every step of a run is timed warm. May be NULL. */
     int (*warmup)(void *self, terr *e);
+    /* The kernels that ran since the last call (or since warm-up), once synced. NULL for a
+     * backend without kernels; called only when opened with kernel_trace. */
+    int (*kernel_time)(void *self, ktrace_step *out, terr *e);
     void (*destroy)(void *self);
 } engine_backend_ops;
 
@@ -131,6 +137,11 @@ int engine_forward(engine *eng, const eng_step *s, terr *e);
 int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e);
 int engine_logits(engine *eng, float *out, terr *e);
 int engine_sync(engine *eng, terr *e);
+/* Whether the engine times its kernels (opened with kernel_trace, on a backend that can). */
+static inline bool engine_traces_kernels(const engine *eng) { return eng->opts.kernel_trace; }
+/* After engine_sync: the GPU's kernels since the last call (or since open), from the GPU's own
+ * timestamps (engine/kernel_trace.h). Only when engine_traces_kernels. */
+int engine_kernel_time(engine *eng, ktrace_step *out, terr *e);
 /* Swaps n blocks out (to_host) or in (see above). Ids must lie within num_blocks and
  * num_host_blocks, and no destination may appear twice. */
 int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e);

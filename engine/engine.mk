@@ -19,20 +19,10 @@
 ENGINE_BENCH := $(BUILD)/bench_engine_gpu
 ENGINE_BENCH_OBJS := $(BUILD)/rel/engine/bench/bench_gpu.o $(BUILD)/rel/engine/bench/profile_gpu.o
 
-# CUPTI (`bench_engine_gpu profile`'s kernel trace) is linked into the benchmark only, from where
-# the toolkit keeps it (or CUPTI_INC / CUPTI_LIB); without it the benchmark still builds and
-# `profile` says why it cannot run.
-CUPTI_INC ?= $(firstword $(foreach d,$(CUDA_HOME)/include $(CUDA_HOME)/extras/CUPTI/include,$(if $(wildcard $(d)/cupti.h),$(d))))
-CUPTI_LIB ?= $(firstword $(foreach d,$(CUDA_HOME)/lib64 $(CUDA_HOME)/extras/CUPTI/lib64,$(if $(wildcard $(d)/libcupti.so),$(d))))
-
 ifeq ($(CUDA),1)
-ifneq ($(and $(CUPTI_INC),$(CUPTI_LIB)),)
-$(BUILD)/rel/engine/bench/profile_gpu.o: CFLAGS_ALL += -DTANDEM_HAVE_CUPTI=1 -I$(CUPTI_INC)
-CUPTI_LIBS := -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti
-endif
 $(ENGINE_BENCH): $(ENGINE_BENCH_OBJS) $(REL_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUPTI_LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUBLAS_LIBS)
 all: $(ENGINE_BENCH)
 else
 $(ENGINE_BENCH):

@@ -25,6 +25,9 @@ typedef struct engine_exec {
     int32_t swap_cap;
     int32_t *swap_dev, *swap_host; /* (swap_cap) one run's ids */
     uint8_t *written;              /* (max(num_blocks, num_host_blocks)) destinations of the run */
+    /* the kernel trace (engine_traces_kernels): what it cost and missed, for config.executor */
+    bool trace;
+    int64_t trace_ns, traces, kernels_lost;
 } engine_exec;
 
 static int by_order(const void *a, const void *b)
@@ -65,6 +68,22 @@ static int do_swaps(engine_exec *x, const batch *b, terr *e)
     return 0;
 }
 
+/* After the step's sync: its kernels from the trace into out; *spent_ns the host time that took
+ * (a CUPTI flush, serial with the GPU). */
+static int take_kernel_time(engine_exec *x, step_result *out, int64_t *spent_ns, terr *e)
+{
+    *spent_ns = 0;
+    if (!x->trace) return 0;
+    int64_t t0 = clock_mono_ns();
+    ktrace_step k;
+    if (engine_kernel_time(x->eng, &k, e)) return -1;
+    out->kernel_ns = k.kernel_ns;
+    out->kernel_busy_ns = k.busy_ns;
+    *spent_ns = clock_mono_ns() - t0;
+    x->trace_ns += *spent_ns, x->traces++, x->kernels_lost += k.lost;
+    return 0;
+}
+
 static int exec_step(void *self, const batch *b, step_result *out, terr *e)
 {
     engine_exec *x = self;
@@ -72,8 +91,9 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
     const engine_opts *o = &eng->opts;
     int64_t t0 = clock_mono_ns();
     if (do_swaps(x, b, e)) return -1;
+    int64_t trace_ns;
     if (b->num_items == 0) { /* a pass that only swapped out */
-        if (engine_sync(eng, e)) return -1;
+        if (engine_sync(eng, e) || take_kernel_time(x, out, &trace_ns, e)) return -1;
         out->duration_ns = max_i64(clock_mono_ns() - t0, 1);
         out->host_ns = out->duration_ns;
         return 0;
@@ -144,24 +164,35 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
         eng_sampling sp = {.temperature = x->temp, .top_p = x->topp, .uniform = x->unif};
         if (engine_sample(eng, &sp, x->picked, e)) return -1;
     }
-    if (engine_sync(eng, e)) return -1;
+    if (engine_sync(eng, e) || take_kernel_time(x, out, &trace_ns, e)) return -1;
     for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
     int64_t t_end = clock_mono_ns();
     out->duration_ns = t_end - t0;
     if (out->duration_ns <= 0) out->duration_ns = 1;
     out->sampled = x->sampled;
     /* host work serial with the device: this step's preparation and launches (on the CPU
-     * backend the launch is the forward pass itself) */
-    out->host_ns = t_launched - t0;
+     * backend the launch is the forward pass itself), and the kernel trace's flush */
+    out->host_ns = t_launched - t0 + trace_ns;
     return 0;
 }
 
-/* config.executor: the backend and its warm-up (graph capture, first launches). */
+/* config.executor: the backend, its warm-up (graph capture, first launches), and the kernel
+ * trace: whether it ran, its mean cost a step (host time, in every step's duration and host_us)
+ * and the kernel records it missed (0: kernel_us and kernel_busy are exact). */
 static json_t *exec_report(void *self)
 {
     engine_exec *x = self;
-    return json_pack("{s:s,s:f}", "backend", x->eng->ops->name, "warmup_s", (double)x->eng->warmup_ns / 1e9);
+    json_t *o = json_pack("{s:s,s:f,s:b}", "backend", x->eng->ops->name, "warmup_s",
+                          (double)x->eng->warmup_ns / 1e9, "kernel_trace", x->trace);
+    if (x->trace) {
+        json_object_set_new(o, "kernel_trace_us_per_step",
+                            json_real(x->traces ? (double)x->trace_ns / 1e3 / (double)x->traces : 0));
+        json_object_set_new(o, "kernel_records_lost", json_integer(x->kernels_lost));
+    }
+    return o;
 }
+
+static bool exec_measures_kernels(void *self) { return ((engine_exec *)self)->trace; }
 
 static void exec_destroy(void *self)
 {
@@ -177,6 +208,7 @@ static void exec_destroy(void *self)
 static const executor_ops engine_executor_ops = {
     .name = "engine",
     .measures_host = true,
+    .measures_kernels = exec_measures_kernels,
     .execute = exec_step,
     .report = exec_report,
     .destroy = exec_destroy,
@@ -190,6 +222,7 @@ int engine_executor_create(executor *ex, engine *eng, double temperature, double
     const engine_opts *o = &eng->opts;
     engine_exec *x = xcalloc(1, sizeof *x);
     x->eng = eng;
+    x->trace = engine_traces_kernels(eng);
     x->temperature = (float)temperature;
     x->top_p = (float)top_p;
     if (temperature > 0) {

@@ -1,7 +1,8 @@
 /*
  * test_cli.c: `tandem` as a user runs it: help text, exit codes and messages on bad input,
- * determinism (same inputs and seed, byte-identical outputs), and conservation on the bundled
- * Azure chat trace (every request ends finished or rejected, exactly once).
+ * determinism (same inputs and seed, byte-identical outputs), conservation on the bundled
+ * Azure chat trace (every request ends finished or rejected, exactly once), and the memory of a
+ * command that never opens the CUDA engine.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -497,6 +499,47 @@ START_TEST(sim_header_warnings_and_provenance)
 }
 END_TEST
 
+/* Peak RSS in KB of tandem run with argv (stdout and stderr dropped); fails unless it exits 0. */
+static long peak_rss_kb(char *const argv[])
+{
+    const char *bin = getenv("TANDEM_BIN") ? getenv("TANDEM_BIN") : "build/tandem";
+    pid_t pid = fork();
+    ck_assert_msg(pid >= 0, "fork failed");
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execv(bin, argv);
+        _exit(127);
+    }
+    int status;
+    struct rusage ru;
+    ck_assert_msg(wait4(pid, &status, 0, &ru) == pid, "wait4 failed");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s %s did not exit 0 (status 0x%x)", bin, argv[1],
+                  status);
+    return ru.ru_maxrss; /* KB on Linux */
+}
+
+/* cuBLAS and CUPTI are loaded only when the CUDA engine opens (engine/cuda_libs.h). Linked, cuBLAS
+ * alone took every command to ~220 MB at start; these take 5 MB (--help) and 9 MB (sim), 11 and
+ * 20 MB under the sanitizers. */
+START_TEST(commands_without_the_cuda_engine_do_not_map_cublas)
+{
+    const long bound_kb = 100 * 1024;
+    char *dir = make_temp_dir("rss");
+    char out[4200];
+    snprintf(out, sizeof out, "%s/sim", dir);
+    char *help[] = {"tandem", "--help", NULL};
+    char *sim[] = {"tandem", "sim", "--trace", CONV, "--max-requests", "2000", "--out", out, "--quiet", NULL};
+    long help_kb = peak_rss_kb(help), sim_kb = peak_rss_kb(sim);
+    ck_assert_msg(help_kb < bound_kb, "tandem --help peaked at %ld KB (bound %ld): is a CUDA library linked?",
+                  help_kb, bound_kb);
+    ck_assert_msg(sim_kb < bound_kb, "tandem sim peaked at %ld KB (bound %ld): is a CUDA library linked?", sim_kb,
+                  bound_kb);
+    rm_tree(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -515,6 +558,7 @@ int main(void)
     tcase_add_test(tc, every_request_ends_exactly_once);
     tcase_add_test(tc, time_scale_compresses_arrivals);
     tcase_add_test(tc, priority_classes_assigned_on_replay);
+    tcase_add_test(tc, commands_without_the_cuda_engine_do_not_map_cublas);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }

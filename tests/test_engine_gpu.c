@@ -16,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "testutil.h"
 
-static int open_engine_swap(engine *eng, const char *model, const char *backend, bool graphs, int32_t host_blocks)
+static int open_engine_opts(engine *eng, const char *model, const char *backend, bool graphs, int32_t host_blocks,
+                            bool kernel_trace)
 {
     engine_opts o;
     engine_opts_default(&o);
@@ -35,6 +37,7 @@ static int open_engine_swap(engine *eng, const char *model, const char *backend,
     o.cpu_round_bf16 = true;
     o.cuda_graphs = graphs;
     o.num_host_blocks = host_blocks;
+    o.kernel_trace = kernel_trace;
     terr e = {{0}};
     int rc = engine_open(eng, &o, &e);
     ck_assert_msg(rc == 0, "engine_open(%s, %s): %s", model, backend, e.msg);
@@ -43,17 +46,19 @@ static int open_engine_swap(engine *eng, const char *model, const char *backend,
 
 static int open_engine(engine *eng, const char *model, const char *backend, bool graphs)
 {
-    return open_engine_swap(eng, model, backend, graphs, 0);
+    return open_engine_opts(eng, model, backend, graphs, 0, false);
 }
+
+enum { SCRIPT_STEPS = 8 };
 
 /* Steps over three sequences with shuffled blocks: prefills (every row's logits), then a step
  * mixing a prefill chunk, a decode and a fresh prompt (every row's), then a chunk and a decode
  * (only the last row's of each), then pure decodes of all three (captured as a graph, then
  * replayed) and of one alone. The logits go into out (rows x V), in order; returns the row
- * count. */
-static int32_t run_script(engine *eng, const int32_t *perm, float *out)
+ * count. per_step (SCRIPT_STEPS, or NULL) gets each step's kernel time (a traced engine). */
+static int32_t run_script(engine *eng, const int32_t *perm, float *out, ktrace_step *per_step)
 {
-    enum { STEPS = 8, MAX_LEN = 80 };
+    enum { STEPS = SCRIPT_STEPS, MAX_LEN = 80 };
     int32_t V = eng->mc.vocab_size, S = 16, bs = 16;
     int32_t seq[3][MAX_LEN];
     for (int s = 0; s < 3; s++)
@@ -94,6 +99,7 @@ static int32_t run_script(engine *eng, const int32_t *perm, float *out)
         terr e = {{0}};
         ck_assert_msg(engine_forward(eng, &s, &e) == 0, "step %d: %s", st, e.msg);
         ck_assert_msg(engine_logits(eng, out + (int64_t)total * V, &e) == 0, "%s", e.msg);
+        if (per_step) ck_assert_msg(engine_kernel_time(eng, &per_step[st], &e) == 0, "step %d: %s", st, e.msg);
         total += N;
     }
     return total;
@@ -110,9 +116,9 @@ static void check_model(const char *model)
     int32_t V = cpu.mc.vocab_size;
     float *lc = xmalloc(4 * (size_t)128 * V), *lg = xmalloc(4 * (size_t)128 * V);
     float *lp = xmalloc(4 * (size_t)128 * V);
-    int32_t rows = run_script(&cpu, perm, lc);
+    int32_t rows = run_script(&cpu, perm, lc, NULL);
     for (int64_t i = 0; i < (int64_t)rows * V; i++) lg[i] = NAN;
-    run_script(&gpu, perm, lg);
+    run_script(&gpu, perm, lg, NULL);
     char what[128];
     snprintf(what, sizeof what, "model %s: logits, GPU vs CPU (bf16-rounding twin)", model);
     expect_close(what, lg, lc, (int64_t)rows * V, 2e-2, 8e-2);
@@ -124,7 +130,7 @@ static void check_model(const char *model)
 
     /* Graphs change scheduling, not arithmetic: bitwise-equal logits. */
     open_engine(&gpu_plain, model, "cuda", false);
-    run_script(&gpu_plain, perm, lp);
+    run_script(&gpu_plain, perm, lp, NULL);
     ck_assert_msg(memcmp(lp, lg, 4 * (size_t)rows * V) == 0,
                   "%s: logits with CUDA graphs differ from plain launches", model);
     printf("  %s: graphs == plain launches, bitwise\n", model);
@@ -307,7 +313,7 @@ static void decode_40(engine *eng, const int32_t *bt, int salt, bool prefill, fl
 START_TEST(swap_round_trip_keeps_logits)
 {
     engine eng;
-    open_engine_swap(&eng, "synthetic:tiny-llama2", "cuda", true, 8);
+    open_engine_opts(&eng, "synthetic:tiny-llama2", "cuda", true, 8, false);
     int32_t V = eng.mc.vocab_size;
     float *before = malloc(sizeof(float) * (size_t)V), *after = malloc(sizeof(float) * (size_t)V);
     int32_t a[3] = {3, 7, 11}, host[3] = {5, 0, 2}, b[3] = {20, 21, 9};
@@ -326,6 +332,47 @@ START_TEST(swap_round_trip_keeps_logits)
 }
 END_TEST
 
+/* The kernel trace behind `tandem run`'s kernel_us and kernel_busy: every step has its own
+ * kernels, none lost; busy time (their union) is within the kernels summed and, over the run,
+ * within the wall time; and kernels that CUDA graphs replay are traced: the script reports as
+ * many kernels with graphs (steps 3-7 replayed) as without (within 10%: a graph's padding rows
+ * may change a launch or two). */
+START_TEST(kernel_trace_times_every_step_graphs_included)
+{
+    gsl_rng *r = rng_for("kernel_trace");
+    int32_t perm[64];
+    shuffle_ids(r, perm, 64);
+    float *logits = xmalloc(4 * (size_t)128 * 32000);
+    int64_t kernels[2] = {0, 0};
+    for (int graphs = 0; graphs < 2; graphs++) {
+        engine eng;
+        open_engine_opts(&eng, "synthetic:tiny-llama2", "cuda", graphs, 0, true);
+        ck_assert_msg(engine_traces_kernels(&eng), "opened with kernel_trace, the engine does not trace");
+        ktrace_step st[SCRIPT_STEPS];
+        int64_t t0 = clock_mono_ns();
+        run_script(&eng, perm, logits, st);
+        int64_t wall = clock_mono_ns() - t0, busy = 0;
+        engine_close(&eng);
+        for (int i = 0; i < SCRIPT_STEPS; i++) {
+            printf("  kernel trace, graphs %s, step %d: %d kernels, %.1f us summed, %.1f us busy, %lld lost\n",
+                   graphs ? "on" : "off", i, st[i].kernels, st[i].kernel_ns / 1e3, st[i].busy_ns / 1e3,
+                   (long long)st[i].lost);
+            ck_assert_msg(st[i].kernels > 0 && st[i].lost == 0, "step %d: %d kernels, %lld records lost", i,
+                          st[i].kernels, (long long)st[i].lost);
+            ck_assert_msg(st[i].busy_ns > 0 && st[i].busy_ns <= st[i].kernel_ns, "step %d: busy %lld ns, summed %lld",
+                          i, (long long)st[i].busy_ns, (long long)st[i].kernel_ns);
+            busy += st[i].busy_ns, kernels[graphs] += st[i].kernels;
+        }
+        ck_assert_msg(busy <= wall, "kernels busy %lld ns in a script of %lld ns", (long long)busy, (long long)wall);
+    }
+    ck_assert_msg(kernels[1] * 10 >= kernels[0] * 9 && kernels[1] * 10 <= kernels[0] * 11,
+                  "%lld kernels traced with graphs, %lld without: are replayed kernels missing?",
+                  (long long)kernels[1], (long long)kernels[0]);
+    free(logits);
+    gsl_rng_free(r);
+}
+END_TEST
+
 static TCase *engine_tests(void)
 {
     TCase *tc = tcase_create("engine");
@@ -335,6 +382,7 @@ static TCase *engine_tests(void)
     tcase_add_test(tc, persistent_decode_matches_fused);
     tcase_add_test(tc, cli_generate_cuda_matches_cpu);
     tcase_add_test(tc, swap_round_trip_keeps_logits);
+    tcase_add_test(tc, kernel_trace_times_every_step_graphs_included);
     return tc;
 }
 

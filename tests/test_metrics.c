@@ -235,12 +235,55 @@ START_TEST(summary_matches_hand_computation)
 }
 END_TEST
 
+/* The CUDA engine's kernel trace, as the metrics write it: per step, the kernel time summed and
+ * the busy fraction (busy time / step time); in the summary, their statistics and the busy
+ * fraction over the whole run, weighted by step time. */
+START_TEST(kernel_time_columns_and_summary)
+{
+    char *dir = make_temp_dir("kmetrics");
+    metrics_options mo = {.out_dir = dir, .write_steps = true, .write_host_time = true, .write_kernel_time = true};
+    metrics *m;
+    terr e;
+    ck_assert(metrics_open(&m, &mo, &e) == 0);
+    /* steps of 1, 1, 2 and 4 ms, busy 0.9, 0.8, 1.0 and 4.0 ms: fractions 0.9, 0.8, 0.5, 1 */
+    const int64_t dur_us[] = {1000, 1000, 2000, 4000}, busy_us[] = {900, 800, 1000, 4000},
+                  kern_ns[] = {950000, 850000, 1200000, 4100123};
+    for (int i = 0; i < 4; i++)
+        metrics_step(m, &(step_stats){.step = i, .start_ns = i * 4 * MS, .duration_ns = dur_us[i] * 1000,
+                                      .block_size = 16, .kernel_ns = kern_ns[i], .kernel_busy_ns = busy_us[i] * 1000});
+    metrics_summary s;
+    ck_assert(metrics_finish(m, NULL, &s, &e) == 0);
+    metrics_free(m);
+    const double tol = 1e-9;
+    ck_assert_double_eq_tol(s.kernel_us.mean, (950 + 850 + 1200 + 4100.123) / 4, 1e-6);
+    ck_assert_double_eq_tol(s.kernel_busy.mean, 0.8, tol);
+    ck_assert_double_eq_tol(s.kernel_busy.median, 0.85, tol);
+    ck_assert_double_eq_tol(s.kernel_busy.min, 0.5, tol);
+    ck_assert_double_eq_tol(s.kernel_busy.p1, 0.5 + 0.03 * 0.3, tol); /* numpy: rank 0.03 of 3 */
+    ck_assert_double_eq_tol(s.kernel_busy.overall, 6.7 / 8, tol);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/steps.csv", dir);
+    char *csv = slurp(path, NULL);
+    ck_assert_msg(strstr(csv, ",host_us,sched_us,kernel_us,kernel_busy\n"), "steps.csv header:\n%s", csv);
+    ck_assert_msg(strstr(csv, ",4100.12,1.0000\n") && strstr(csv, ",1200.00,0.5000\n"), "steps.csv rows:\n%s", csv);
+    free(csv);
+    json_t *j = load_json(dir, "summary.json");
+    json_t *kb = json_object_get(j, "kernel_busy"), *ku = json_object_get(j, "kernel_us");
+    ck_assert_msg(kb && ku && json_object_get(kb, "overall") && json_object_get(kb, "p1") &&
+                      json_object_get(ku, "p99") && json_object_get(ku, "max"),
+                  "summary.json lacks kernel_us / kernel_busy");
+    json_decref(j);
+    rm_tree(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("formulas");
     tcase_add_test(tc, percentiles_match_gsl);
     tcase_add_test(tc, summary_matches_hand_computation);
+    tcase_add_test(tc, kernel_time_columns_and_summary);
     tcase_add_test(tc, histogram_percentiles_are_close_on_a_log_scale);
     tcase_add_test(tc, metrics_memory_does_not_grow_with_requests);
     suite_add_tcase(s, tc);

@@ -130,6 +130,12 @@ static void same_schedule(const char *name, const char *flag, const char *value,
     js = slurp(path, NULL);
     ck_assert_msg(strstr(js, ",host_us,sched_us\n"), "run's steps.csv has no host_us, sched_us columns");
     free(js);
+    /* kernel time is the CUDA engine's: the CPU reference has no kernels, so no columns, no keys */
+    snprintf(path, sizeof path, "%s/summary.json", run_out);
+    js = slurp(path, NULL);
+    ck_assert_msg(!strstr(js, "kernel_us") && !strstr(js, "kernel_busy") && strstr(js, "\"kernel_trace\": false"),
+                  "a CPU run's summary.json claims a kernel trace:\n%s", js);
+    free(js);
     snprintf(path, sizeof path, "%s/steps.csv", sim_out);
     js = slurp(path, NULL);
     ck_assert_msg(!strstr(js, "host_us"), "sim's steps.csv claims a measured host time");

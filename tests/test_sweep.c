@@ -180,6 +180,20 @@ static int count_points(const char *out)
     return n;
 }
 
+/* Waits (up to 5 s) until nothing holds OUT/.lock. A sweep's workers hold it too, and killed
+ * ones let go of it only once they have exited, which can be after the sweep's own process has
+ * been reaped: a rerun at once may be refused, rightly, as a second writer. */
+static void wait_for_lock(const char *out)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/.lock", out);
+    int fd = open(path, O_RDWR | O_CLOEXEC), tries = 0;
+    ck_assert_msg(fd >= 0, "%s: cannot open", path);
+    while (flock(fd, LOCK_EX | LOCK_NB) && ++tries < 1000) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    close(fd);
+    ck_assert_msg(tries < 1000, "the killed sweep's workers still hold %s after 5 s", path);
+}
+
 /* Kill a sweep midway (SIGKILL: no cleanup), rerun the same command: only the missing points
  * run, and the table comes out complete and equal to an uninterrupted sweep's. */
 START_TEST(resumes_after_kill_running_only_missing_points)
@@ -204,6 +218,7 @@ START_TEST(resumes_after_kill_running_only_missing_points)
     for (int i = 0; i < 3000 && (done = count_points(out)) < 3; i++) nanosleep(&(struct timespec){0, 5000000}, NULL);
     kill(-pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    wait_for_lock(out);
     done = count_points(out);
     ck_assert_msg(done >= 3 && done < 12, "killed with %d of 12 points done: the test needs a partial sweep", done);
     cli_result r = run_cli("sweep", spec, "--out", out, "-j", "2", NULL);

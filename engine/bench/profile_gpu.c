@@ -14,8 +14,9 @@
  *     A stream-ordered copy starts after the previous step's last kernel ends and ends before
  *     the next kernel starts, so the split is exact. If the copies do not match the step count,
  *     records are split evenly by count, with a warning.
- *   - Records go into one array allocated by prof_init. CUPTI hands its buffers to a callback
- *     that may run on a CUPTI thread, hence the lock.
+ *   - Records go into one array allocated by prof_init. The trace itself (CUPTI, loaded at run
+ *     time, its buffers and flushes) is engine/kernel_trace.h's, which the engine's kernel time
+ *     per step uses too; records may arrive on a CUPTI thread, hence the lock.
  *
  * Reading a region's output (tables: the last step; "mean of N steps": every step):
  *   kernel table: kernels grouped by name (demangled, arguments dropped, long names cut in the
@@ -49,11 +50,8 @@
 #include <threads.h> /* not pthread.h: with -Icore, its <sched.h> is core/sched.h */
 #include <time.h>
 
+#include "engine/kernel_trace.h"
 #include "kernels/cuda_check.h"
-
-#if TANDEM_HAVE_CUPTI
-#include <cupti.h>
-#endif
 
 static int trace_init(void);
 static void trace_shutdown(void);
@@ -79,7 +77,6 @@ void prof_shutdown(void)
 #define PROF_MAX_RECORDS (1 << 17)      /* one region's records (6 MB) */
 #define PROF_MAX_NAMES 512              /* distinct kernel names */
 #define PROF_MAX_SHAPES 256             /* distinct (name, grid, block) in one step */
-#define PROF_BUF_BYTES ((size_t)4 << 20) /* one CUPTI activity buffer */
 #define NAME_WIDTH 60
 #define NAME_RULE "--------------------------------------------------------------" /* NAME_WIDTH + 2 */
 
@@ -104,26 +101,21 @@ static mtx_t lock;     /* guards everything below; made by trace_init */
 static prof_rec *recs; /* (PROF_MAX_RECORDS) */
 static int n_recs;
 static bool recording;
-static long lost_full, lost_untimed, bad_buffers; /* since prof_begin */
-static size_t cupti_dropped;
+static long lost_full, lost_untimed; /* since prof_begin */
 static prof_name names[PROF_MAX_NAMES] = {
     [NAME_H2D] = {.shown = "[memcpy HtoD]"}, [NAME_COPY] = {.shown = "[memcpy, other]"},
     [NAME_SET] = {.shown = "[memset]"}, [NAME_OTHER] = {.shown = "[other kernels]"},
 };
 static int n_names = NAME_FIRST_KERNEL;
 
-static int cupti_fail(CUptiResult st, const char *call, int line)
-{
-    const char *why = NULL;
-    if (cuptiGetResultString(st, &why) != CUPTI_SUCCESS || !why) why = "unknown CUPTI error";
-    fprintf(stderr, "profile: %s:%d: %s failed: %s\n", __FILE__, line, call, why);
-    return -1;
-}
-
-#define CUPTI_TRY(call)                                                                           \
+/* The trace's errors, as this file reports them: on stderr, -1. */
+#define TRACE_TRY(call)                                                                           \
     do {                                                                                          \
-        CUptiResult st_ = (call);                                                                 \
-        if (st_ != CUPTI_SUCCESS) return cupti_fail(st_, #call, __LINE__);                        \
+        terr e_ = {{0}};                                                                          \
+        if (call(&e_)) {                                                                          \
+            fprintf(stderr, "profile: %s\n", e_.msg);                                             \
+            return -1;                                                                            \
+        }                                                                                         \
     } while (0)
 
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status); /* libstdc++ */
@@ -192,34 +184,24 @@ static void keep(const CUpti_Activity *r)
         recs[n_recs++] = x;
 }
 
-static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records)
-{
-    *buf = aligned_alloc(8, PROF_BUF_BYTES); /* NULL: CUPTI drops records, counted below */
-    *size = *buf ? PROF_BUF_BYTES : 0;
-    *max_records = 0;
-}
-
-static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buf, size_t size,
-                                      size_t valid)
+/* The trace hands records over here (engine/kernel_trace.h), on CUPTI's thread or in a flush. */
+static void take_record(void *ud, const CUpti_Activity *r)
 {
     mtx_lock(&lock);
-    CUpti_Activity *r = NULL;
-    while (recording) {
-        CUptiResult st = cuptiActivityGetNextRecord(buf, valid, &r);
-        if (st == CUPTI_ERROR_MAX_LIMIT_REACHED) break;
-        if (st != CUPTI_SUCCESS) {
-            bad_buffers++;
-            break;
-        }
-        keep(r);
-    }
-    size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS)
-        cupti_dropped += dropped;
-    else
-        bad_buffers++; /* cannot say what was lost */
+    if (recording) keep(r);
     mtx_unlock(&lock);
-    free(buf);
+}
+
+static int open_trace(terr *e)
+{
+    if (ktrace_open(take_record, NULL, e) || ktrace_enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, e)) return -1;
+    /* Copies split a region into steps; without them steps are split by record count. */
+    terr w = {{0}};
+    if (ktrace_enable(CUPTI_ACTIVITY_KIND_MEMCPY, &w))
+        printf("profile: warning: no memcpy tracing (%s); steps will be split by record count\n", w.msg);
+    if (ktrace_enable(CUPTI_ACTIVITY_KIND_MEMSET, &w))
+        printf("profile: warning: no memset tracing (%s); memsets will read as idle time\n", w.msg);
+    return 0;
 }
 
 static int trace_init(void)
@@ -229,25 +211,13 @@ static int trace_init(void)
         fprintf(stderr, "profile: no memory for %d trace records and their lock\n", PROF_MAX_RECORDS);
         return -1;
     }
-    CUPTI_TRY(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    CUPTI_TRY(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    /* Copies split a region into steps; without them steps are split by record count. */
-    if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)
-        printf("profile: warning: no memcpy tracing; steps will be split by record count\n");
-    if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS)
-        printf("profile: warning: no memset tracing; memsets will read as idle time\n");
+    TRACE_TRY(open_trace);
     return 0;
 }
 
 static void trace_shutdown(void)
 {
-    CUptiResult st = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    if (st != CUPTI_SUCCESS) cupti_fail(st, "cuptiActivityFlushAll", __LINE__);
-    const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
-        if ((st = cuptiActivityDisable(kinds[i])) != CUPTI_SUCCESS)
-            cupti_fail(st, "cuptiActivityDisable", __LINE__);
+    ktrace_close();
     mtx_lock(&lock);
     free(recs), recs = NULL, n_recs = 0;
     for (int i = NAME_FIRST_KERNEL; i < n_names; i++) free(names[i].raw), free(names[i].shown);
@@ -258,9 +228,10 @@ static void trace_shutdown(void)
 int prof_begin(void)
 {
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUPTI_TRY(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)); /* earlier work: dropped */
+    TRACE_TRY(ktrace_flush); /* earlier work: dropped */
+    ktrace_take_losses();
     mtx_lock(&lock);
-    n_recs = 0, lost_full = lost_untimed = bad_buffers = 0, cupti_dropped = 0;
+    n_recs = 0, lost_full = lost_untimed = 0;
     recording = true;
     mtx_unlock(&lock);
     return 0;
@@ -269,13 +240,14 @@ int prof_begin(void)
 int prof_end(void)
 {
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUPTI_TRY(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    TRACE_TRY(ktrace_flush);
+    ktrace_losses l = ktrace_take_losses();
     mtx_lock(&lock);
     recording = false;
-    if (lost_full || lost_untimed || bad_buffers || cupti_dropped)
+    if (lost_full || lost_untimed || l.bad_buffers || l.dropped)
         printf("profile: warning: records missing from the figures below: %ld found no room, %ld "
-               "had no timestamps, %ld buffers unreadable, %zu dropped by CUPTI\n",
-               lost_full, lost_untimed, bad_buffers, cupti_dropped);
+               "had no timestamps, %llu buffers unreadable, %llu dropped by CUPTI\n",
+               lost_full, lost_untimed, (unsigned long long)l.bad_buffers, (unsigned long long)l.dropped);
     mtx_unlock(&lock);
     return 0;
 }
@@ -494,8 +466,8 @@ void prof_report(const char *title, int steps, const float *wall_ms, int layers,
 
 static int trace_init(void)
 {
-    fprintf(stderr, "profile: bench_engine_gpu was built without CUPTI (engine/engine.mk found no "
-                    "cupti.h and libcupti.so under CUDA_HOME): no kernel trace\n");
+    fprintf(stderr, "profile: bench_engine_gpu was built without CUPTI (the Makefile found no cupti.h "
+                    "under CUDA_HOME): no kernel trace\n");
     return -1;
 }
 static void trace_shutdown(void) {}
