@@ -1,6 +1,7 @@
 /* reduce.c: see reduce.h. */
 #include "cli/reduce.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,14 +115,38 @@ static int eval_cond(const char *c, size_t n, const csv_rows *t, bool *out, terr
 
 static int eval_text(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e);
 
-/* A product or quotient of numbers and columns: terms split at '*' and '/'. */
+/* The operator at s[i] of an arithmetic expression, or 0: '*', '/', '+', and '-' written with a
+ * space on each side (a '-' inside a word is part of a column's name: time-scale). The '+' of
+ * an exponent (1e+06) is part of its number. */
+static char arith_op(const char *s, size_t n, size_t i)
+{
+    char c = s[i];
+    if (c == '*' || c == '/') return c;
+    if (c == '+') {
+        bool exponent = i >= 2 && (s[i - 1] == 'e' || s[i - 1] == 'E') && (isdigit((unsigned char)s[i - 2]) || s[i - 2] == '.') &&
+                        i + 1 < n && isdigit((unsigned char)s[i + 1]);
+        return exponent ? 0 : '+';
+    }
+    if (c == '-' && i > 0 && s[i - 1] == ' ' && i + 1 < n && s[i + 1] == ' ') return '-';
+    return 0;
+}
+
+static bool is_arith(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (arith_op(s, n, i)) return true;
+    return false;
+}
+
+/* Sums and differences of products and quotients of numbers and columns (the usual precedence,
+ * left to right). */
 static int eval_arith(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e)
 {
-    double acc = 1;
-    char op = '*';
+    double sum = 0, prod = 1;
+    char add = '+', mul = '*';
     for (size_t a = 0; a <= n;) {
         size_t end = a;
-        while (end < n && s[end] != '*' && s[end] != '/') end++;
+        while (end < n && !arith_op(s, n, end)) end++;
         const char *term = s + a;
         size_t tn = end - a;
         trim(&term, &tn);
@@ -135,12 +160,20 @@ static int eval_arith(const char *s, size_t n, const csv_rows *t, sbuf *b, terr 
             if (parse_f64(v, &x))
                 return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_rows_line(t), tmp, v);
         }
-        acc = op == '*' ? acc * x : acc / x;
-        if (end < n) op = s[end];
+        prod = mul == '*' ? prod * x : prod / x;
+        char op = end < n ? arith_op(s, n, end) : '+';
+        if (op == '*' || op == '/') {
+            mul = op;
+        } else { /* the product ends here */
+            sum = add == '+' ? sum + prod : sum - prod;
+            add = op;
+            prod = 1;
+            mul = '*';
+        }
         a = end + 1;
     }
     char num[64];
-    int k = snprintf(num, sizeof num, "%.*g", b->digits, acc);
+    int k = snprintf(num, sizeof num, "%.*g", b->digits, sum);
     return sb_add(b, num, (size_t)k, e);
 }
 
@@ -157,7 +190,7 @@ static int eval_placeholder(const char *s, size_t n, const csv_rows *t, sbuf *b,
         if (eval_cond(s, (size_t)q, t, &yes, e)) return -1;
         return yes ? eval_text(rest, (size_t)k, t, b, e) : eval_text(rest + k + 1, rn - (size_t)k - 1, t, b, e);
     }
-    if (memchr(s, '/', n) || memchr(s, '*', n)) return eval_arith(s, n, t, b, e);
+    if (is_arith(s, n)) return eval_arith(s, n, t, b, e);
     const char *v = column_value(t, s, n, e);
     return v ? sb_add(b, v, strlen(v), e) : -1;
 }
@@ -227,10 +260,10 @@ static int check_text(const char *s, size_t n, const csv_rows *t, terr *e)
             if (check_cond(c, (size_t)q, t, e) || check_text(rest, (size_t)k, t, e) ||
                 check_text(rest + k + 1, rn - (size_t)k - 1, t, e))
                 return -1;
-        } else if (memchr(c, '/', cn) || memchr(c, '*', cn)) {
+        } else if (is_arith(c, cn)) {
             for (size_t a = 0; a <= cn;) {
                 size_t end = a;
-                while (end < cn && c[end] != '*' && c[end] != '/') end++;
+                while (end < cn && !arith_op(c, cn, end)) end++;
                 char tmp[256];
                 double x;
                 const char *term = c + a;

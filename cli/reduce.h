@@ -15,8 +15,10 @@
  * experiment scripts keep only orchestration. An expression (a derived column, a group, a
  * metric) is text in which `{...}` is replaced by:
  *   {COL}                  the row's value of column COL
- *   {A/B*C}                a product or quotient of numbers and columns, as a number (%.6g);
- *                          empty when a column of it is empty (the TPOT of a one-token output)
+ *   {A/B*C+D - E}          arithmetic on numbers and columns (* and / before + and -), as a
+ *                          number (%.6g); empty when a column of it is empty (the TPOT of a
+ *                          one-token output). A '-' is subtraction only with a space on each
+ *                          side: inside a word it belongs to a column's name (time-scale).
  *   {COND?THEN:ELSE}       THEN or ELSE (each itself an expression) by a condition:
  * A condition (also what --where takes, several joined by '&') is COL OP VALUE with OP one of
  *   =  !=   equal / not equal (VALUE may list alternatives: vllm|priority; numbers compare as

@@ -224,10 +224,11 @@ int reduce_select_main(int argc, char **argv)
                       "usage: tandem reduce select [NAME=EXPR...] FILE [--where COND] [--keep COL,COL,...] [--out FILE]\n\n"
                       "Rows and columns of a CSV with a header (a sweep's results.csv), with derived columns\n"
                       "NAME=EXPR appended, e.g. 'rate={5.53/time-scale}', 'system={scheduling-policy} +\n"
-                      "{preemption-mode}'. EXPR: text where {COL} is a column's value, {A/B*C} a number from\n"
-                      "numbers and columns, {COND?THEN:ELSE} a choice. COND: COL=V (V may be A|B), COL!=V,\n"
-                      "COL~TEXT (contains), COL<V, COL>=V, ...; --where joins several with &. Commas inside\n"
-                      "fields are written as ';'.\n",
+                      "{preemption-mode}'. EXPR: text where {COL} is a column's value, {A/B*C+D - E} a number\n"
+                      "from numbers and columns (a '-' subtracts only with spaces around it: time-scale is a\n"
+                      "name), {COND?THEN:ELSE} a choice. COND: COL=V (V may be A|B), COL!=V, COL~TEXT\n"
+                      "(contains), COL<V, COL>=V, ...; --where joins several with &. Commas inside fields are\n"
+                      "written as ';'.\n",
                       1, argc, argv, do_select);
 }
 

@@ -8,6 +8,7 @@
 #   cdf_is_a_cdf                        F rises to 1, the extremes are kept, weights count
 #   select_derives_and_filters          {a/b}, {cond?x:y}, --where with | and &, quoted values
 #   cross_finds_knees                   interpolated crossing, "<" and ">" per group
+#   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
 #   figure_scripts_write_png_and_svg    vs_x.gp, cdf.gp, timeseries.gp
 #   plot_draws_runs_and_sweeps          tandem plot on two runs and on a sweep
@@ -84,6 +85,11 @@ printf 'sys,rate,lat\na,1,0.1\na,2,0.3\na,3,0.9\nb,1,0.5\nb,2,0.6\n' > "$TMP/k.c
 got=$("$BIN" reduce cross "$TMP/k.csv" rate lat --at 0.2,0.55,1 --by sys | tr '\n' ' ')
 want="sys,knee_rate_at_0.2,knee_rate_at_0.55,knee_rate_at_1 a,1.5,2.42,>3 b,<1,1.5,>2 "
 [ "$got" = "$want" ] || fail cross_finds_knees "got '$got', want '$want'"
+
+# arithmetic_sums_and_products
+printf 'time-scale,x-y,a\n0.5,3,2\n' > "$TMP/ar.csv"
+got=$("$BIN" reduce select 'p={a+x-y*2}' 'm={x-y - a/4}' 'r={x-y/time-scale}' 'e={1e+02*a}' --keep p,m,r,e "$TMP/ar.csv" | tail -n 1)
+[ "$got" = "8,2.5,6,200" ] || fail arithmetic_sums_and_products "got '$got', want '8,2.5,6,200'"
 
 # bad_input_is_an_error: exit 2 and the message names what is wrong
 expect_error() { # NAME WORD COMMAND...: exit 2 and WORD in the message
