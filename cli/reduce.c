@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "core/stats.h"
 
 /* ---- the expression language ----------------------------------------------------------------- */
@@ -680,9 +682,12 @@ static void put_field(FILE *out, const char *s)
     for (; *s; s++) fputc(*s == ',' ? ';' : *s, out);
 }
 
-int reduce_select(FILE *out, const char *file, const char *const *adds, int na, const char *where, const char *keep,
-                  terr *e)
+static int select_rows(FILE *out, const char *file, const char *const *adds, int na, const char *where,
+                       const char *keep, bool distinct, terr *e)
 {
+    char **seen = NULL; /* (nseen) the rows written, with --distinct */
+    uint64_t *seen_hash = NULL;
+    size_t nseen = 0, cap_seen = 0, cap_hash = 0;
     csv_rows t;
     if (csv_rows_open(&t, file, e)) return -1;
     int rc = 0;
@@ -732,18 +737,56 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
             break;
         }
         if ((rc = reduce_where(where, &t, &m, e)) || !m) continue;
+        /* --distinct: the row is written into text first, and only when it is new */
+        char *text = NULL;
+        size_t text_len = 0;
+        FILE *row = distinct ? open_memstream(&text, &text_len) : out;
+        if (!row) {
+            rc = terr_set(e, "out of memory");
+            break;
+        }
         for (int k = 0; !rc && k < no; k++) {
             char buf[1024];
-            if (k) fputc(',', out);
-            if (outc[k] >= 0) put_field(out, csv_rows_at(&t, outc[k]));
-            else if (!(rc = reduce_eval(f[-1 - outc[k]].expr, &t, buf, sizeof buf, e))) put_field(out, buf);
+            if (k) fputc(',', row);
+            if (outc[k] >= 0) put_field(row, csv_rows_at(&t, outc[k]));
+            else if (!(rc = reduce_eval(f[-1 - outc[k]].expr, &t, buf, sizeof buf, e))) put_field(row, buf);
         }
-        fputc('\n', out);
+        fputc('\n', row);
+        if (distinct) {
+            fclose(row);
+            uint64_t h = XXH3_64bits(text, text_len);
+            size_t i = 0;
+            while (i < nseen && (seen_hash[i] != h || strcmp(seen[i], text))) i++;
+            if (i < nseen) {
+                free(text);
+                continue;
+            }
+            fwrite(text, 1, text_len, out);
+            grow_array((void **)&seen, sizeof *seen, &cap_seen, nseen + 1);
+            grow_array((void **)&seen_hash, sizeof *seen_hash, &cap_hash, nseen + 1);
+            seen_hash[nseen] = h;
+            seen[nseen++] = text;
+        }
     }
+    for (size_t i = 0; i < nseen; i++) free(seen[i]);
+    free(seen);
+    free(seen_hash);
     free(outc);
     free(f);
     csv_rows_close(&t);
     return rc;
+}
+
+int reduce_select(FILE *out, const char *file, const char *const *adds, int na, const char *where, const char *keep,
+                  terr *e)
+{
+    return select_rows(out, file, adds, na, where, keep, false, e);
+}
+
+int reduce_select_distinct(FILE *out, const char *file, const char *const *adds, int na, const char *where,
+                           const char *keep, terr *e)
+{
+    return select_rows(out, file, adds, na, where, keep, true, e);
 }
 
 /* ---- cross ----------------------------------------------------------------------------------- */

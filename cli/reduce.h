@@ -98,6 +98,9 @@ int reduce_itl(FILE *out, const char *steps, bool v0, terr *e);
  * as the columns keep (comma-separated; NULL: all, then the derived ones). */
 int reduce_select(FILE *out, const char *file, const char *const *adds, int num_adds, const char *where,
                   const char *keep, terr *e);
+/* The same, leaving out every row equal (as written) to one written before it. */
+int reduce_select_distinct(FILE *out, const char *file, const char *const *adds, int num_adds, const char *where,
+                           const char *keep, terr *e);
 
 /* Per group of rows (the values of the comma-separated columns by; NULL: one group), the x at
  * which y first rises above each target of at (comma-separated numbers), linear between the last

@@ -1,7 +1,7 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|group|bin|itl|select`: the statistics behind the figures
- * (cli/reduce.h), as small CSV or gnuplot data files on stdout (or --out FILE). The experiment
- * scripts call these and gnuplot; they compute nothing themselves.
+ * reduce_cmd.c: `tandem reduce cdf|group|bin|itl|select|cross`:
+ * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
+ * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
  * Exit codes: 0 ok, 1 the output could not be written, 2 bad flags or bad input (the message
  * names the file, line, column or expression).
@@ -22,7 +22,7 @@ typedef struct reduce_options {
     char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header, *at, *by, *suffix;
     double scale, bin, from, to;
     int64_t points;
-    bool no_header;
+    bool no_header, distinct;
     const char *pos[MAX_POSITIONALS]; /* the positionals; point into argv */
     int npos;
 } reduce_options;
@@ -59,6 +59,7 @@ static const opt_spec itl_specs[] = {
 static const opt_spec select_specs[] = {
     {"where", OPT_STR, O(where), "", "only rows meeting these conditions, e.g. scheduling-policy=vllm|priority&time-scale=1"},
     {"keep", OPT_STR, O(keep), "", "write only these columns, in this order (comma-separated)"},
+    {"distinct", OPT_BOOL, O(distinct), "false", "leave out a row equal (as written) to one written before it"},
     OUT_OPT,
     OPT_END,
 };
@@ -215,20 +216,22 @@ int reduce_itl_main(int argc, char **argv)
 
 static int do_select(FILE *out, reduce_options *o, terr *e)
 {
-    return reduce_select(out, o->pos[o->npos - 1], o->pos, o->npos - 1, opt_or_null(o->where), opt_or_null(o->keep), e);
+    return (o->distinct ? reduce_select_distinct : reduce_select)(out, o->pos[o->npos - 1], o->pos, o->npos - 1,
+                                                                  opt_or_null(o->where), opt_or_null(o->keep), e);
 }
 
 int reduce_select_main(int argc, char **argv)
 {
     return reduce_run("select", select_specs,
-                      "usage: tandem reduce select [NAME=EXPR...] FILE [--where COND] [--keep COL,COL,...] [--out FILE]\n\n"
+                      "usage: tandem reduce select [NAME=EXPR...] FILE [--where COND] [--keep COL,COL,...] [--distinct]\n"
+                      "       [--out FILE]\n\n"
                       "Rows and columns of a CSV with a header (a sweep's results.csv), with derived columns\n"
                       "NAME=EXPR appended, e.g. 'rate={5.53/time-scale}', 'system={scheduling-policy} +\n"
                       "{preemption-mode}'. EXPR: text where {COL} is a column's value, {A/B*C+D - E} a number\n"
                       "from numbers and columns (a '-' subtracts only with spaces around it: time-scale is a\n"
                       "name), {COND?THEN:ELSE} a choice. COND: COL=V (V may be A|B), COL!=V, COL~TEXT\n"
-                      "(contains), COL<V, COL>=V, ...; --where joins several with &. Commas inside fields are\n"
-                      "written as ';'.\n",
+                      "(contains), COL<V, COL>=V, ...; --where joins several with &. --distinct writes a row\n"
+                      "only the first time. Commas inside fields are written as ';'. FILE may be /dev/stdin.\n",
                       1, argc, argv, do_select);
 }
 

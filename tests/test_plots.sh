@@ -9,6 +9,7 @@
 #   select_derives_and_filters          {a/b}, {cond?x:y}, --where with | and &, quoted values
 #   cross_finds_knees                   interpolated crossing, "<" and ">" per group
 #   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
+#   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
 #   figure_scripts_write_png_and_svg    vs_x.gp, cdf.gp, timeseries.gp
 #   plot_draws_runs_and_sweeps          tandem plot on two runs and on a sweep
@@ -90,6 +91,13 @@ want="sys,knee_rate_at_0.2,knee_rate_at_0.55,knee_rate_at_1 a,1.5,2.42,>3 b,<1,1
 printf 'time-scale,x-y,a\n0.5,3,2\n' > "$TMP/ar.csv"
 got=$("$BIN" reduce select 'p={a+x-y*2}' 'm={x-y - a/4}' 'r={x-y/time-scale}' 'e={1e+02*a}' --keep p,m,r,e "$TMP/ar.csv" | tail -n 1)
 [ "$got" = "8,2.5,6,200" ] || fail arithmetic_sums_and_products "got '$got', want '8,2.5,6,200'"
+
+# select_distinct_drops_repeats
+printf 'a,b\n1,x\n2,x\n1,x\n' > "$TMP/d.csv"
+got=$("$BIN" reduce select --distinct "$TMP/d.csv" | tr '\n' ' ')
+[ "$got" = "a,b 1,x 2,x " ] || fail select_distinct_drops_repeats "got '$got', want 'a,b 1,x 2,x '"
+got=$("$BIN" reduce select --distinct --keep b "$TMP/d.csv" | tr '\n' ' ')
+[ "$got" = "b x " ] || fail select_distinct_drops_repeats "--keep b: got '$got', want 'b x '"
 
 # bad_input_is_an_error: exit 2 and the message names what is wrong
 expect_error() { # NAME WORD COMMAND...: exit 2 and WORD in the message
