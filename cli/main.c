@@ -37,6 +37,7 @@ static const command commands[] = {
     {"reduce", "itl", reduce_itl_main, "every inter-token latency of a run, from its steps.csv"},
     {"reduce", "select", reduce_select_main, "rows and columns of a sweep's results.csv, with derived columns"},
     {"reduce", "cross", reduce_cross_main, "where a metric crosses targets against a swept rate: knees, capacity"},
+    {"reduce", "trace", reduce_trace_main, "a trace's requests, span and mean arrival rate, as CSV"},
     {NULL, "generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };
 

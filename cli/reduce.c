@@ -9,6 +9,8 @@
 #include <xxhash.h>
 
 #include "core/stats.h"
+#include "traces/trace.h"
+#include "traces/trace_stats.h"
 
 /* ---- the expression language ----------------------------------------------------------------- */
 
@@ -886,4 +888,38 @@ int reduce_cross(FILE *out, const char *file, const char *xcol, const char *ycol
     free(g);
     csv_rows_close(&t);
     return rc;
+}
+
+/* ---- trace ----------------------------------------------------------------------------------- */
+
+int reduce_trace(FILE *out, const char *const *files, int n, terr *e)
+{
+    fprintf(out, "trace,format,requests,span_s,mean_rate_per_s\n");
+    for (int i = 0; i < n; i++) {
+        trace_reader *tr;
+        if (trace_open(&tr, files[i], NULL, e)) return -1;
+        trace_stats st;
+        trace_stats_init(&st, 60);
+        arrival_source src = trace_source(tr);
+        arrival a;
+        int rc;
+        while ((rc = src.next(src.self, &a, e)) == 1)
+            if (trace_stats_add(&st, &a, e)) {
+                rc = -1;
+                break;
+            }
+        const char *format = trace_format_name(tr);
+        trace_close(tr);
+        if (!rc && !st.n) rc = terr_set(e, "%s: no requests", files[i]);
+        if (!rc) {
+            trace_stats_finish(&st);
+            put_field(out, files[i]);
+            fprintf(out, ",%s,%lld,%.6g,", format, (long long)st.n, st.span_s);
+            if (!isnan(st.mean_rate)) fprintf(out, "%.6g", st.mean_rate);
+            fputc('\n', out);
+        }
+        trace_stats_free(&st);
+        if (rc) return -1;
+    }
+    return 0;
 }

@@ -10,6 +10,7 @@
  *   itl     every inter-token latency of a run rebuilt from its steps.csv
  *   select  rows and columns of a CSV (a sweep's results.csv), with derived columns
  *   cross   where a metric crosses targets against a swept value, per group (capacity knees)
+ *   trace   a trace's requests, span and mean arrival rate
  *
  * Key decision: one small expression language over a row's columns serves every command, so the
  * experiment scripts keep only orchestration. An expression (a derived column, a group, a
@@ -109,5 +110,10 @@ int reduce_select_distinct(FILE *out, const char *file, const char *const *adds,
  * row is. CSV: BY...,knee_X_at_T[suffix] for each target T. */
 int reduce_cross(FILE *out, const char *file, const char *x, const char *y, const char *at, const char *by,
                  const char *suffix, terr *e);
+
+/* CSV trace,format,requests,span_s,mean_rate_per_s: one row per trace (any format tandem reads),
+ * the span from the first arrival to the last and requests / span (empty when the span is 0),
+ * as `tandem trace stats` computes them. */
+int reduce_trace(FILE *out, const char *const *files, int n, terr *e);
 
 #endif

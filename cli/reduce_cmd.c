@@ -1,5 +1,5 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|group|bin|itl|select|cross`:
+ * reduce_cmd.c: `tandem reduce cdf|group|bin|itl|select|cross|trace`:
  * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
  * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
@@ -60,6 +60,10 @@ static const opt_spec select_specs[] = {
     {"where", OPT_STR, O(where), "", "only rows meeting these conditions, e.g. scheduling-policy=vllm|priority&time-scale=1"},
     {"keep", OPT_STR, O(keep), "", "write only these columns, in this order (comma-separated)"},
     {"distinct", OPT_BOOL, O(distinct), "false", "leave out a row equal (as written) to one written before it"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec out_specs[] = {
     OUT_OPT,
     OPT_END,
 };
@@ -251,4 +255,17 @@ int reduce_cross_main(int argc, char **argv)
                       "\">X\" when no row is: the capacity under an SLO, read off a sweep. CSV:\n"
                       "BY...,knee_X_at_T[SUFFIX] for each T.\n",
                       3, argc, argv, do_cross);
+}
+
+static int do_trace(FILE *out, reduce_options *o, terr *e) { return reduce_trace(out, o->pos, o->npos, e); }
+
+int reduce_trace_main(int argc, char **argv)
+{
+    return reduce_run("trace", out_specs,
+                      "usage: tandem reduce trace TRACE [TRACE...] [--out FILE]\n\n"
+                      "CSV trace,format,requests,span_s,mean_rate_per_s, one row per trace (any format tandem\n"
+                      "reads): the span from the first arrival to the last, and requests / span (empty when the\n"
+                      "span is 0), as `tandem trace stats` computes them; for a rate column of a sweep over\n"
+                      "--time-scale: `select 'rate={RATE/time-scale}'`.\n",
+                      1, argc, argv, do_trace);
 }

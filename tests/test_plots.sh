@@ -9,6 +9,7 @@
 #   select_derives_and_filters          {a/b}, {cond?x:y}, --where with | and &, quoted values
 #   cross_finds_knees                   interpolated crossing, "<" and ">" per group
 #   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
+#   trace_gives_the_rate                requests / span of a tandem and an Azure trace
 #   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
 #   figure_scripts_write_png_and_svg    vs_x.gp, cdf.gp, timeseries.gp
@@ -92,6 +93,13 @@ printf 'time-scale,x-y,a\n0.5,3,2\n' > "$TMP/ar.csv"
 got=$("$BIN" reduce select 'p={a+x-y*2}' 'm={x-y - a/4}' 'r={x-y/time-scale}' 'e={1e+02*a}' --keep p,m,r,e "$TMP/ar.csv" | tail -n 1)
 [ "$got" = "8,2.5,6,200" ] || fail arithmetic_sums_and_products "got '$got', want '8,2.5,6,200'"
 
+# trace_gives_the_rate: 3 requests over 4 s; 4 over 10 s on the Azure clock
+printf 'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n4,10,5\n' > "$TMP/tr.csv"
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.5,10,5\n2023-11-16 18:15:52,10,5\n2023-11-16 18:15:55,10,5\n2023-11-16 18:16:00.5,10,5\n' > "$TMP/az.csv"
+got=$("$BIN" reduce trace "$TMP/tr.csv" "$TMP/az.csv" | cut -d, -f2- | tr '\n' ' ')
+want="format,requests,span_s,mean_rate_per_s tandem,3,4,0.75 azure,4,10,0.4 "
+[ "$got" = "$want" ] || fail trace_gives_the_rate "got '$got', want '$want'"
+
 # select_distinct_drops_repeats
 printf 'a,b\n1,x\n2,x\n1,x\n' > "$TMP/d.csv"
 got=$("$BIN" reduce select --distinct "$TMP/d.csv" | tr '\n' ' ')
@@ -114,6 +122,7 @@ expect_error "a non-number in arithmetic" '"vllm" is not a number' "$BIN" reduce
 expect_error "a typo in a branch no row takes" typo "$BIN" reduce select 'a={p=none?{typo}:{p}}' "$TMP/q.csv"
 expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'nocol=1' "$TMP/q.csv"
 expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
+expect_error "trace: not a trace" "q.csv" "$BIN" reduce trace "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
 printf 'a,b\n1,2\n3\n' > "$TMP/short.csv"
