@@ -32,6 +32,7 @@ static const command commands[] = {
     {NULL, "plot", plot_main, "figures of runs and sweeps: latency CDFs, batch/KV/queue over time, latency vs load"},
     {NULL, "timeline", timeline_main, "a run as Chrome trace / Perfetto JSON: a track per request, one for steps"},
     {"reduce", "cdf", reduce_cdf_main, "latency CDFs of runs' CSVs, as gnuplot data (the figures' input)"},
+    {"reduce", "quantile", reduce_quantile_main, "values at percentiles of those CDFs (p99.9, max), weighted or not"},
     {"reduce", "group", reduce_group_main, "count, mean, p50/p90/p99, max per group of a requests.csv"},
     {"reduce", "bin", reduce_bin_main, "a steps.csv in time bins: busy, KV usage, batch size, queue"},
     {"reduce", "itl", reduce_itl_main, "every inter-token latency of a run, from its steps.csv"},

@@ -368,6 +368,12 @@ static bool counts(const csv_rows *t, int state_col)
     return state_col < 0 || !strcmp(csv_rows_at(t, state_col), "finished");
 }
 
+/* s with every comma written as ';' */
+static void put_field(FILE *out, const char *s)
+{
+    for (; *s; s++) fputc(*s == ',' ? ';' : *s, out);
+}
+
 /* ---- cdf ------------------------------------------------------------------------------------- */
 
 typedef struct vw {
@@ -410,46 +416,125 @@ void reduce_cdf_block(FILE *out, const char *label, const char *what, double *v,
     free(p);
 }
 
+/* The values of metric (a column or NAME=EXPR) in file, times o->scale, of the rows that count
+ * and meet o->where, and their weights (o->weight, or 1 each; rows of weight 0 are left out):
+ * *v and *w (*k of each, the caller frees them); name: the metric's name. */
+static int load_values(const char *file, const char *metric, const reduce_cdf_options *o, double **v, double **w,
+                       size_t *k, char *name, size_t name_n, terr *e)
+{
+    csv_rows t;
+    *v = *w = NULL;
+    *k = 0;
+    if (csv_rows_open(&t, file, e)) return -1;
+    reduce_field f;
+    int wcol = -1, rc = reduce_field_init(&f, metric, &t, e);
+    if (!rc && o->weight) rc = (wcol = csv_rows_need(&t, o->weight, e)) < 0 ? -1 : 0;
+    if (!rc) rc = reduce_check_where(o->where, &t, e);
+    snprintf(name, name_n, "%s", f.name);
+    bool m;
+    int state = csv_rows_col(&t, "state");
+    size_t cap_v = 0, cap_w = 0;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        bool empty;
+        double x, wt = 1;
+        if (!counts(&t, state)) continue;
+        if ((rc = reduce_where(o->where, &t, &m, e)) || !m) continue;
+        if ((rc = reduce_field_number(&f, &t, &x, &empty, e)) || empty) continue;
+        if (wcol >= 0 && parse_f64(csv_rows_at(&t, wcol), &wt))
+            rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), o->weight,
+                          csv_rows_at(&t, wcol));
+        if (rc || wt <= 0) continue;
+        grow_array((void **)v, sizeof **v, &cap_v, *k + 1);
+        grow_array((void **)w, sizeof **w, &cap_w, *k + 1);
+        (*v)[*k] = x * o->scale;
+        (*w)[(*k)++] = wt;
+    }
+    csv_rows_close(&t);
+    return rc;
+}
+
 int reduce_cdf(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
                const reduce_cdf_options *o, terr *e)
 {
     for (int s = 0; s < n; s++) {
-        csv_rows t;
-        if (csv_rows_open(&t, files[s], e)) return -1;
-        reduce_field f;
-        int wcol = -1, rc = reduce_field_init(&f, metric, &t, e);
-        if (!rc && o->weight) rc = (wcol = csv_rows_need(&t, o->weight, e)) < 0 ? -1 : 0;
-        if (!rc) rc = reduce_check_where(o->where, &t, e);
-        bool m;
-        int state = csv_rows_col(&t, "state");
-        double *v = NULL, *w = NULL;
-        size_t k = 0, cap_v = 0, cap_w = 0;
-        for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
-            if (more < 0) {
-                rc = -1;
-                break;
-            }
-            bool empty;
-            double x, wt = 1;
-            if (!counts(&t, state)) continue;
-            if ((rc = reduce_where(o->where, &t, &m, e)) || !m) continue;
-            if ((rc = reduce_field_number(&f, &t, &x, &empty, e)) || empty) continue;
-            if (wcol >= 0 && parse_f64(csv_rows_at(&t, wcol), &wt))
-                rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), o->weight,
-                              csv_rows_at(&t, wcol));
-            if (rc || wt <= 0) continue;
-            grow_array((void **)&v, sizeof *v, &cap_v, k + 1);
-            grow_array((void **)&w, sizeof *w, &cap_w, k + 1);
-            v[k] = x * o->scale;
-            w[k++] = wt;
-        }
+        double *v, *w;
+        size_t k;
+        char name[128];
+        int rc = load_values(files[s], metric, o, &v, &w, &k, name, sizeof name, e);
         if (!rc) {
             if (s) fprintf(out, "\n\n");
-            reduce_cdf_block(out, labels[s], f.name, v, o->weight ? w : NULL, o->weight, k, o->points);
+            reduce_cdf_block(out, labels[s], name, v, o->weight ? w : NULL, o->weight, k, o->points);
         }
         free(v);
         free(w);
-        csv_rows_close(&t);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---- quantile -------------------------------------------------------------------------------- */
+
+int reduce_quantile(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
+                    const char *at, const reduce_cdf_options *o, terr *e)
+{
+    double pct[32];
+    char pct_text[32][32];
+    int np = 0;
+    for (const char *s = at; s && *s;) {
+        char *end;
+        if (np == 32) return terr_set(e, "--at: at most 32 percentiles");
+        pct[np] = strtod(s, &end);
+        if (end == s || (*end && *end != ',') || !(pct[np] > 0 && pct[np] <= 100))
+            return terr_set(e, "--at: \"%s\" is not a list of percentiles in (0, 100]", at);
+        snprintf(pct_text[np], sizeof pct_text[np], "%.*s", (int)(end - s), s);
+        np++;
+        s = *end ? end + 1 : end;
+    }
+    if (!np) return terr_set(e, "--at: at least one percentile (e.g. 50,99.9,100)");
+    for (int s = 0; s < n; s++) {
+        double *v, *w;
+        size_t k;
+        char name[128];
+        int rc = load_values(files[s], metric, o, &v, &w, &k, name, sizeof name, e);
+        if (!rc && !s) {
+            fprintf(out, "series");
+            for (int j = 0; j < np; j++)
+                if (pct[j] == 100) fprintf(out, ",max_%s", name);
+                else fprintf(out, ",p%s_%s", pct_text[j], name);
+            fputc('\n', out);
+        }
+        if (!rc) {
+            /* the values in order, then for each level the first at which the CDF reaches it:
+             * the same cum / total as reduce_cdf_block's F */
+            vw *p = xmalloc((k ? k : 1) * sizeof *p);
+            double total = 0;
+            for (size_t i = 0; i < k; i++) {
+                p[i] = (vw){v[i], w[i]};
+                total += w[i];
+            }
+            qsort(p, k, sizeof *p, cmp_vw);
+            put_field(out, labels[s]);
+            for (int j = 0; j < np && !k; j++) fputc(',', out);
+            for (int j = 0; j < np && k; j++) {
+                double cum = 0, q = pct[j] / 100;
+                size_t r = 0;
+                for (; r < k; r++) {
+                    cum += p[r].w;
+                    if (r + 1 < k && p[r + 1].v == p[r].v) continue;
+                    if (cum / total >= q) break;
+                }
+                if (r == k) r = k - 1; /* rounding: the last value is the top of the CDF */
+                fprintf(out, ",%.6g", p[r].v);
+            }
+            fputc('\n', out);
+            free(p);
+        }
+        free(v);
+        free(w);
         if (rc) return -1;
     }
     return 0;
@@ -677,12 +762,6 @@ int reduce_itl(FILE *out, const char *steps, bool v0, terr *e)
 }
 
 /* ---- select ---------------------------------------------------------------------------------- */
-
-/* s with every comma written as ';' */
-static void put_field(FILE *out, const char *s)
-{
-    for (; *s; s++) fputc(*s == ',' ? ';' : *s, out);
-}
 
 static int select_rows(FILE *out, const char *file, const char *const *adds, int na, const char *where,
                        const char *keep, bool distinct, terr *e)

@@ -4,6 +4,7 @@
  *
  *   cdf     empirical CDFs of a column, one gnuplot block per series, cut to about POINTS levels
  *           plus 50 over the top 1% so the tail is exact; optionally weighted by a column
+ *   quantile  the values at given levels of those CDFs (p99.9, max), one row per series
  *   group   count, mean, p50, p90, p99, max of columns per group of rows (core/stats.h, numpy's
  *           percentiles: the same numbers as summary.json)
  *   bin     a steps.csv cut into fixed time bins (busy fraction, KV usage, batch size, queue)
@@ -102,6 +103,13 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int num_
 /* The same, leaving out every row equal (as written) to one written before it. */
 int reduce_select_distinct(FILE *out, const char *file, const char *const *adds, int num_adds, const char *where,
                            const char *keep, terr *e);
+
+/* For each series (labels[i], files[i]) the values of metric (as reduce_cdf reads them) at the
+ * percentiles at (comma-separated, in (0, 100]): the smallest value at which the weighted
+ * fraction of values at or below it reaches the level, the level the CDF of reduce_cdf_block
+ * shows it at (not interpolated; 100: the largest). CSV: series,pP_M... (max_M for 100). */
+int reduce_quantile(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
+                    const char *at, const reduce_cdf_options *o, terr *e);
 
 /* Per group of rows (the values of the comma-separated columns by; NULL: one group), the x at
  * which y first rises above each target of at (comma-separated numbers), linear between the last

@@ -1,5 +1,5 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|group|bin|itl|select|cross|trace`:
+ * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|cross|trace`:
  * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
  * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
@@ -34,6 +34,14 @@ static const opt_spec cdf_specs[] = {
     {"weight", OPT_STR, O(weight), "", "weight each row by this column (rows of weight 0 are left out)"},
     {"scale", OPT_F64, O(scale), "1", "multiply every value (0.001: ms to s)"},
     {"points", OPT_I64, O(points), "200", "levels of the CDF below its top 1% (the top 1% gets 50 more)"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec quantile_specs[] = {
+    {"at", OPT_STR, O(at), "", "the percentiles, comma-separated, in (0, 100] (e.g. 50,99.9,100; 100: the largest)"},
+    {"where", OPT_STR, O(where), "", "only rows meeting these conditions, e.g. priority=0 (several joined by &)"},
+    {"weight", OPT_STR, O(weight), "", "weight each row by this column (rows of weight 0 are left out)"},
+    {"scale", OPT_F64, O(scale), "1", "multiply every value (0.001: ms to s)"},
     OUT_OPT,
     OPT_END,
 };
@@ -160,6 +168,33 @@ int reduce_cdf_main(int argc, char **argv)
                       "`\"LABEL\" \"F\"`, then `value F` rows (F the fraction at or below value), about POINTS\n"
                       "evenly spaced levels plus 50 over the top 1%; the smallest and largest values are kept.\n",
                       3, argc, argv, do_cdf);
+}
+
+static int do_quantile(FILE *out, reduce_options *o, terr *e)
+{
+    if (o->npos % 2 != 1) return terr_set(e, "series come as LABEL FILE pairs after the column; \"%s\" has no file",
+                                          o->pos[o->npos - 1]);
+    const char *labels[MAX_POSITIONALS], *files[MAX_POSITIONALS];
+    int n = 0;
+    for (int i = 1; i + 1 < o->npos; i += 2, n++) {
+        labels[n] = o->pos[i];
+        files[n] = o->pos[i + 1];
+    }
+    reduce_cdf_options co = {opt_or_null(o->where), opt_or_null(o->weight), o->scale, 0};
+    return reduce_quantile(out, o->pos[0], labels, files, n, o->at, &co, e);
+}
+
+int reduce_quantile_main(int argc, char **argv)
+{
+    return reduce_run("quantile", quantile_specs,
+                      "usage: tandem reduce quantile COLUMN LABEL FILE [LABEL FILE...] --at P[,P...] [--where COND]\n"
+                      "       [--weight COL] [--scale S] [--out FILE]\n\n"
+                      "The values of COLUMN (or NAME=EXPR) at percentiles P of its CDF, one row per series, read\n"
+                      "as `reduce cdf` reads them (a requests.csv's finished requests, --where, --weight):\n"
+                      "the smallest value at which the fraction of rows (of weight) at or below it reaches P%,\n"
+                      "not interpolated, so P=100 is the largest. The tail of a weighted CDF, e.g. p99.9 and the\n"
+                      "maximum of the ITLs of `reduce itl`. CSV: series,pP_COLUMN,... (max_COLUMN for 100).\n",
+                      3, argc, argv, do_quantile);
 }
 
 static int do_group(FILE *out, reduce_options *o, terr *e)

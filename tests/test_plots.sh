@@ -9,6 +9,7 @@
 #   select_derives_and_filters          {a/b}, {cond?x:y}, --where with | and &, quoted values
 #   cross_finds_knees                   interpolated crossing, "<" and ">" per group
 #   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
+#   quantile_reads_the_cdf              weighted and unweighted levels, not interpolated
 #   trace_gives_the_rate                requests / span of a tandem and an Azure trace
 #   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
@@ -93,6 +94,15 @@ printf 'time-scale,x-y,a\n0.5,3,2\n' > "$TMP/ar.csv"
 got=$("$BIN" reduce select 'p={a+x-y*2}' 'm={x-y - a/4}' 'r={x-y/time-scale}' 'e={1e+02*a}' --keep p,m,r,e "$TMP/ar.csv" | tail -n 1)
 [ "$got" = "8,2.5,6,200" ] || fail arithmetic_sums_and_products "got '$got', want '8,2.5,6,200'"
 
+# quantile_reads_the_cdf: weights 1,3,1 on 1,2,5 put F at 0.2, 0.8, 1; 1,1,3,4 at 0.5, 0.75, 1
+printf 'x,w\n5,1\n1,1\n2,3\n' > "$TMP/qw.csv"
+got=$("$BIN" reduce quantile --weight w --at 50,80,81,100 x a "$TMP/qw.csv" | tr '\n' ' ')
+[ "$got" = "series,p50_x,p80_x,p81_x,max_x a,2,2,5,5 " ] ||
+    fail quantile_reads_the_cdf "weighted: got '$got', want 'series,p50_x,p80_x,p81_x,max_x a,2,2,5,5 '"
+printf 'x\n3\n1\n4\n1\n' > "$TMP/qu.csv"
+got=$("$BIN" reduce quantile --at 50,60,100 x a "$TMP/qu.csv" b "$TMP/qw.csv" | tail -n +2 | tr '\n' ' ')
+[ "$got" = "a,1,3,4 b,2,2,5 " ] || fail quantile_reads_the_cdf "unweighted: got '$got', want 'a,1,3,4 b,2,2,5 '"
+
 # trace_gives_the_rate: 3 requests over 4 s; 4 over 10 s on the Azure clock
 printf 'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n4,10,5\n' > "$TMP/tr.csv"
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.5,10,5\n2023-11-16 18:15:52,10,5\n2023-11-16 18:15:55,10,5\n2023-11-16 18:16:00.5,10,5\n' > "$TMP/az.csv"
@@ -122,6 +132,7 @@ expect_error "a non-number in arithmetic" '"vllm" is not a number' "$BIN" reduce
 expect_error "a typo in a branch no row takes" typo "$BIN" reduce select 'a={p=none?{typo}:{p}}' "$TMP/q.csv"
 expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'nocol=1' "$TMP/q.csv"
 expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
+expect_error "quantile without levels" "--at" "$BIN" reduce quantile x a "$TMP/qw.csv"
 expect_error "trace: not a trace" "q.csv" "$BIN" reduce trace "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
