@@ -969,6 +969,92 @@ int reduce_cross(FILE *out, const char *file, const char *xcol, const char *ycol
     return rc;
 }
 
+/* ---- pivot ----------------------------------------------------------------------------------- */
+
+typedef struct pivot_cell {
+    size_t row, col;
+    char **v; /* (num_values) */
+} pivot_cell;
+
+/* The index of key in keys (appending it when new). */
+static size_t key_index(char ***keys, size_t *n, size_t *cap, const char *key)
+{
+    size_t i = 0;
+    while (i < *n && strcmp((*keys)[i], key)) i++;
+    if (i == *n) {
+        grow_array((void **)keys, sizeof **keys, cap, *n + 1);
+        (*keys)[(*n)++] = xstrdup(key);
+    }
+    return i;
+}
+
+int reduce_pivot(FILE *out, const char *file, const char *row, const char *col, const char *const *values, int nv,
+                 terr *e)
+{
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    bool one = !strcmp(row, "-");
+    int cr = one ? -1 : csv_rows_need(&t, row, e), cc = one || cr >= 0 ? csv_rows_need(&t, col, e) : -1;
+    int rc = cc < 0 ? -1 : 0, *cv = xcalloc((size_t)nv, sizeof *cv);
+    for (int j = 0; !rc && j < nv; j++)
+        if ((cv[j] = csv_rows_need(&t, values[j], e)) < 0) rc = -1;
+    char **rows = NULL, **cols = NULL;
+    size_t nr = 0, nc = 0, cap_r = 0, cap_c = 0, ncell = 0, cap_cell = 0;
+    pivot_cell *cells = NULL;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        size_t r = key_index(&rows, &nr, &cap_r, one ? "" : csv_rows_at(&t, cr));
+        size_t c = key_index(&cols, &nc, &cap_c, csv_rows_at(&t, cc));
+        for (size_t i = 0; i < ncell; i++)
+            if (cells[i].row == r && cells[i].col == c)
+                rc = terr_set(e, "%s:%lld: a second row for %s \"%s\", %s \"%s\"", t.path, (long long)csv_rows_line(&t),
+                              one ? "(all rows)" : row, rows[r], col, cols[c]);
+        if (rc) break;
+        grow_array((void **)&cells, sizeof *cells, &cap_cell, ncell + 1);
+        pivot_cell *p = &cells[ncell++];
+        *p = (pivot_cell){r, c, xcalloc((size_t)nv, sizeof(char *))};
+        for (int j = 0; j < nv; j++) p->v[j] = xstrdup(csv_rows_at(&t, cv[j]));
+    }
+    if (!rc) {
+        if (!one) put_field(out, row);
+        for (size_t c = 0; c < nc; c++)
+            for (int j = 0; j < nv; j++) {
+                if (c || j || !one) fputc(',', out);
+                put_field(out, cols[c]);
+                if (nv > 1) fprintf(out, "_%s", values[j]);
+            }
+        fputc('\n', out);
+        for (size_t r = 0; r < nr; r++) {
+            if (!one) put_field(out, rows[r]);
+            for (size_t c = 0; c < nc; c++) {
+                const pivot_cell *p = NULL;
+                for (size_t i = 0; !p && i < ncell; i++)
+                    if (cells[i].row == r && cells[i].col == c) p = &cells[i];
+                for (int j = 0; j < nv; j++) {
+                    if (c || j || !one) fputc(',', out);
+                    if (p) put_field(out, p->v[j]);
+                }
+            }
+            fputc('\n', out);
+        }
+    }
+    for (size_t i = 0; i < ncell; i++) {
+        for (int j = 0; j < nv; j++) free(cells[i].v[j]);
+        free(cells[i].v);
+    }
+    for (size_t i = 0; i < nr; i++) free(rows[i]);
+    for (size_t i = 0; i < nc; i++) free(cols[i]);
+    free(cells);
+    free(rows);
+    free(cols);
+    free(cv);
+    csv_rows_close(&t);
+    return rc;
+}
+
 /* ---- trace ----------------------------------------------------------------------------------- */
 
 int reduce_trace(FILE *out, const char *const *files, int n, terr *e)

@@ -10,6 +10,8 @@
  *   bin     a steps.csv cut into fixed time bins (busy fraction, KV usage, batch size, queue)
  *   itl     every inter-token latency of a run rebuilt from its steps.csv
  *   select  rows and columns of a CSV (a sweep's results.csv), with derived columns
+ *   pivot   a long table turned wide: one row per value of a column, one column per value of
+ *           another
  *   cross   where a metric crosses targets against a swept value, per group (capacity knees)
  *   trace   a trace's requests, span and mean arrival rate
  *
@@ -110,6 +112,13 @@ int reduce_select_distinct(FILE *out, const char *file, const char *const *adds,
  * shows it at (not interpolated; 100: the largest). CSV: series,pP_M... (max_M for 100). */
 int reduce_quantile(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
                     const char *at, const reduce_cdf_options *o, terr *e);
+
+/* A long table made wide: one output row per distinct value of column row (in file order; "-":
+ * a single row, and no such column), then per distinct value C of column col (in file order)
+ * the columns values, named C (one value) or C_VALUE. A cell no row fills is empty; two rows
+ * filling the same cell are an error. */
+int reduce_pivot(FILE *out, const char *file, const char *row, const char *col, const char *const *values, int num_values,
+                 terr *e);
 
 /* Per group of rows (the values of the comma-separated columns by; NULL: one group), the x at
  * which y first rises above each target of at (comma-separated numbers), linear between the last

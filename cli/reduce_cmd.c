@@ -1,5 +1,5 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|cross|trace`:
+ * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|pivot|cross|trace`:
  * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
  * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
@@ -290,6 +290,23 @@ int reduce_cross_main(int argc, char **argv)
                       "\">X\" when no row is: the capacity under an SLO, read off a sweep. CSV:\n"
                       "BY...,knee_X_at_T[SUFFIX] for each T.\n",
                       3, argc, argv, do_cross);
+}
+
+static int do_pivot(FILE *out, reduce_options *o, terr *e)
+{
+    return reduce_pivot(out, o->pos[0], o->pos[1], o->pos[2], o->pos + 3, o->npos - 3, e);
+}
+
+int reduce_pivot_main(int argc, char **argv)
+{
+    return reduce_run("pivot", out_specs,
+                      "usage: tandem reduce pivot FILE ROW COL VALUE [VALUE...] [--out FILE]\n\n"
+                      "A long table made wide: one row per distinct value of column ROW (file order; - for one\n"
+                      "row and no ROW column), then, per distinct value C of column COL (file order), the\n"
+                      "VALUE columns, named C (one VALUE) or C_VALUE. E.g. the per-group rows of `reduce group`\n"
+                      "as one row: `pivot FILE - len p50_ttft_ms` gives long,short. A cell no row fills is empty;\n"
+                      "two rows for one cell are an error. Reorder or drop columns with `select --keep`.\n",
+                      4, argc, argv, do_pivot);
 }
 
 static int do_trace(FILE *out, reduce_options *o, terr *e) { return reduce_trace(out, o->pos, o->npos, e); }

@@ -10,6 +10,7 @@
 #   cross_finds_knees                   interpolated crossing, "<" and ">" per group
 #   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
 #   quantile_reads_the_cdf              weighted and unweighted levels, not interpolated
+#   pivot_makes_rows_wide               a row per key, a column per value, empty cells
 #   trace_gives_the_rate                requests / span of a tandem and an Azure trace
 #   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
@@ -103,6 +104,13 @@ printf 'x\n3\n1\n4\n1\n' > "$TMP/qu.csv"
 got=$("$BIN" reduce quantile --at 50,60,100 x a "$TMP/qu.csv" b "$TMP/qw.csv" | tail -n +2 | tr '\n' ' ')
 [ "$got" = "a,1,3,4 b,2,2,5 " ] || fail quantile_reads_the_cdf "unweighted: got '$got', want 'a,1,3,4 b,2,2,5 '"
 
+# pivot_makes_rows_wide (k.csv from cross_finds_knees)
+got=$("$BIN" reduce pivot "$TMP/k.csv" sys rate lat | tr '\n' ' ')
+[ "$got" = "sys,1,2,3 a,0.1,0.3,0.9 b,0.5,0.6, " ] || fail pivot_makes_rows_wide "got '$got', want 'sys,1,2,3 a,0.1,0.3,0.9 b,0.5,0.6, '"
+got=$(printf 'g,n,v\nlong,1,10\nshort,2,20\n' | "$BIN" reduce pivot /dev/stdin - g n v | tr '\n' ' ')
+[ "$got" = "long_n,long_v,short_n,short_v 1,10,2,20 " ] ||
+    fail pivot_makes_rows_wide "one row: got '$got', want 'long_n,long_v,short_n,short_v 1,10,2,20 '"
+
 # trace_gives_the_rate: 3 requests over 4 s; 4 over 10 s on the Azure clock
 printf 'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n4,10,5\n' > "$TMP/tr.csv"
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.5,10,5\n2023-11-16 18:15:52,10,5\n2023-11-16 18:15:55,10,5\n2023-11-16 18:16:00.5,10,5\n' > "$TMP/az.csv"
@@ -133,6 +141,7 @@ expect_error "a typo in a branch no row takes" typo "$BIN" reduce select 'a={p=n
 expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'nocol=1' "$TMP/q.csv"
 expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
 expect_error "quantile without levels" "--at" "$BIN" reduce quantile x a "$TMP/qw.csv"
+expect_error "pivot: two rows for one cell" "second row" "$BIN" reduce pivot "$TMP/d.csv" - b a
 expect_error "trace: not a trace" "q.csv" "$BIN" reduce trace "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
