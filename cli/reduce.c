@@ -1055,6 +1055,164 @@ int reduce_pivot(FILE *out, const char *file, const char *row, const char *col, 
     return rc;
 }
 
+/* ---- best ------------------------------------------------------------------------------------ */
+
+/* One output column of `reduce best`. */
+typedef struct best_spec {
+    char name[128];
+    enum { B_MAX, B_MIN, B_AT_MAX, B_AT_MIN, B_FIRST } kind;
+    char y[256];
+    int col;         /* of y */
+    bool of_max;     /* B_FIRST: the factor multiplies the group's largest y (else its smallest) */
+    char op[3];      /* B_FIRST: >=, <=, > or < */
+    double factor;   /* B_FIRST */
+} best_spec;
+
+/* NAME=max(Y), min(Y), at_max(Y), at_min(Y), first(Y OP [F*]max|min). */
+static int best_spec_init(best_spec *b, const char *spec, const csv_rows *t, terr *e)
+{
+    memset(b, 0, sizeof *b);
+    const char *eq = strchr(spec, '='), *open = eq ? strchr(eq, '(') : NULL;
+    size_t len = strlen(spec);
+    if (!eq || eq == spec || !open || spec[len - 1] != ')')
+        return terr_set(e, "\"%s\": expected NAME=max(Y), min(Y), at_max(Y), at_min(Y) or first(Y>=F*max)", spec);
+    snprintf(b->name, sizeof b->name, "%.*s", (int)(eq - spec), spec);
+    char fn[16], arg[256];
+    snprintf(fn, sizeof fn, "%.*s", (int)(open - eq - 1), eq + 1);
+    snprintf(arg, sizeof arg, "%.*s", (int)(spec + len - 1 - open - 1), open + 1);
+    static const char *const fns[] = {"max", "min", "at_max", "at_min", "first"};
+    int k = 0;
+    while (k < 5 && strcmp(fn, fns[k])) k++;
+    if (k == 5) return terr_set(e, "\"%s\": %s is not max, min, at_max, at_min or first", spec, fn);
+    b->kind = k;
+    if (b->kind != B_FIRST) {
+        snprintf(b->y, sizeof b->y, "%s", arg);
+        return (b->col = csv_rows_need(t, b->y, e)) < 0 ? -1 : 0;
+    }
+    size_t i = strcspn(arg, "<>");
+    if (!arg[i]) return terr_set(e, "\"%s\": first(Y OP F*max) with OP one of >= <= > <", spec);
+    snprintf(b->y, sizeof b->y, "%.*s", (int)i, arg);
+    b->op[0] = arg[i++];
+    if (arg[i] == '=') b->op[1] = arg[i++];
+    const char *rhs = arg + i, *star = strchr(rhs, '*');
+    const char *ext = star ? star + 1 : rhs;
+    b->factor = 1;
+    if (star) {
+        char f[64];
+        snprintf(f, sizeof f, "%.*s", (int)(star - rhs), rhs);
+        if (parse_f64(f, &b->factor)) return terr_set(e, "\"%s\": \"%s\" is not a number", spec, f);
+    }
+    if (strcmp(ext, "max") && strcmp(ext, "min")) return terr_set(e, "\"%s\": the bound is F*max or F*min", spec);
+    b->of_max = !strcmp(ext, "max");
+    return (b->col = csv_rows_need(t, b->y, e)) < 0 ? -1 : 0;
+}
+
+typedef struct best_group {
+    char *key;          /* the BY columns' values, comma-joined */
+    char **x;           /* (n) X of the group's rows, in file order */
+    double *y;          /* (n * num_specs) each spec's y, NAN when empty */
+    size_t n, cap_x, cap_y;
+} best_group;
+
+int reduce_best(FILE *out, const char *file, const char *xcol, const char *by, const char *const *specs, int ns,
+                terr *e)
+{
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    int cx = csv_rows_need(&t, xcol, e), rc = cx < 0 ? -1 : 0, cb[16], nb = 0;
+    for (const char *s = by; !rc && s && *s;) {
+        const char *comma = strchr(s, ',');
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(comma ? (size_t)(comma - s) : strlen(s)), s);
+        if (nb == 16) rc = terr_set(e, "--by: at most 16 columns");
+        else if ((cb[nb++] = csv_rows_need(&t, name, e)) < 0) rc = -1;
+        s = comma ? comma + 1 : s + strlen(s);
+    }
+    best_spec *b = xcalloc((size_t)ns, sizeof *b);
+    for (int j = 0; !rc && j < ns; j++) rc = best_spec_init(&b[j], specs[j], &t, e);
+    best_group *g = NULL;
+    size_t ng = 0, cap = 0;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        char key[1024] = "";
+        size_t used = 0;
+        for (int k = 0; k < nb; k++)
+            used += (size_t)snprintf(key + used, used < sizeof key ? sizeof key - used : 0, "%s%s", k ? "," : "",
+                                     csv_rows_at(&t, cb[k]));
+        size_t i = 0;
+        while (i < ng && strcmp(g[i].key, key)) i++;
+        if (i == ng) {
+            grow_array((void **)&g, sizeof *g, &cap, ng + 1);
+            g[ng++] = (best_group){.key = xstrdup(key)};
+        }
+        best_group *q = &g[i];
+        grow_array((void **)&q->x, sizeof *q->x, &q->cap_x, q->n + 1);
+        grow_array((void **)&q->y, sizeof *q->y, &q->cap_y, (q->n + 1) * (size_t)ns);
+        for (int j = 0; !rc && j < ns; j++) {
+            const char *v = csv_rows_at(&t, b[j].col);
+            double *y = &q->y[q->n * (size_t)ns + (size_t)j];
+            *y = NAN;
+            if (*v && parse_f64(v, y))
+                rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), b[j].y, v);
+        }
+        q->x[q->n++] = xstrdup(csv_rows_at(&t, cx));
+    }
+    if (!rc) {
+        for (int k = 0; k < nb; k++) fprintf(out, "%s,", csv_rows_name(&t, cb[k]));
+        for (int j = 0; j < ns; j++) fprintf(out, "%s%s", j ? "," : "", b[j].name);
+        fputc('\n', out);
+        for (size_t i = 0; i < ng; i++) {
+            best_group *q = &g[i];
+            fprintf(out, "%s%s", q->key, nb ? "," : "");
+            for (int j = 0; j < ns; j++) {
+                const best_spec *s = &b[j];
+                /* the group's largest and smallest y, and the first rows holding them */
+                size_t at_max = q->n, at_min = q->n;
+                for (size_t r = 0; r < q->n; r++) {
+                    double y = q->y[r * (size_t)ns + (size_t)j];
+                    if (isnan(y)) continue;
+                    if (at_max == q->n || y > q->y[at_max * (size_t)ns + (size_t)j]) at_max = r;
+                    if (at_min == q->n || y < q->y[at_min * (size_t)ns + (size_t)j]) at_min = r;
+                }
+                if (j) fputc(',', out);
+                if (at_max == q->n) continue; /* no number in the group: empty */
+                double max = q->y[at_max * (size_t)ns + (size_t)j], min = q->y[at_min * (size_t)ns + (size_t)j];
+                if (s->kind == B_MAX) fprintf(out, "%.6g", max);
+                else if (s->kind == B_MIN) fprintf(out, "%.6g", min);
+                else if (s->kind == B_AT_MAX) put_field(out, q->x[at_max]);
+                else if (s->kind == B_AT_MIN) put_field(out, q->x[at_min]);
+                else {
+                    double bound = s->factor * (s->of_max ? max : min);
+                    for (size_t r = 0; r < q->n; r++) {
+                        double y = q->y[r * (size_t)ns + (size_t)j];
+                        bool hit = !strcmp(s->op, ">=") ? y >= bound : !strcmp(s->op, "<=") ? y <= bound
+                                   : !strcmp(s->op, ">")  ? y > bound
+                                                          : y < bound;
+                        if (!isnan(y) && hit) {
+                            put_field(out, q->x[r]);
+                            break;
+                        }
+                    }
+                }
+            }
+            fputc('\n', out);
+        }
+    }
+    for (size_t i = 0; i < ng; i++) {
+        for (size_t r = 0; r < g[i].n; r++) free(g[i].x[r]);
+        free(g[i].x);
+        free(g[i].y);
+        free(g[i].key);
+    }
+    free(g);
+    free(b);
+    csv_rows_close(&t);
+    return rc;
+}
+
 /* ---- trace ----------------------------------------------------------------------------------- */
 
 int reduce_trace(FILE *out, const char *const *files, int n, terr *e)

@@ -13,6 +13,8 @@
  *   pivot   a long table turned wide: one row per value of a column, one column per value of
  *           another
  *   cross   where a metric crosses targets against a swept value, per group (capacity knees)
+ *   best    per group, a metric's largest or smallest value, where it is reached, and the first
+ *           swept value within a factor of it (saturation knees)
  *   trace   a trace's requests, span and mean arrival rate
  *
  * Key decision: one small expression language over a row's columns serves every command, so the
@@ -127,6 +129,17 @@ int reduce_pivot(FILE *out, const char *file, const char *row, const char *col, 
  * row is. CSV: BY...,knee_X_at_T[suffix] for each target T. */
 int reduce_cross(FILE *out, const char *file, const char *x, const char *y, const char *at, const char *by,
                  const char *suffix, terr *e);
+
+/* Per group of rows (the values of the comma-separated columns by; NULL: one group, groups in
+ * file order), one output column per spec NAME=FN(...):
+ *   max(Y), min(Y)        the group's largest / smallest Y (%.6g)
+ *   at_max(Y), at_min(Y)  x of the first row holding it
+ *   first(Y OP F*max)     x of the first row (file order) with Y OP F times the group's largest
+ *                         Y (F*min: smallest; OP one of >= <= > <; F* may be left out)
+ * Rows with an empty Y are left out of that spec; empty when none is left or no row qualifies.
+ * CSV: BY...,NAME.... */
+int reduce_best(FILE *out, const char *file, const char *x, const char *by, const char *const *specs, int num_specs,
+                terr *e);
 
 /* CSV trace,format,requests,span_s,mean_rate_per_s: one row per trace (any format tandem reads),
  * the span from the first arrival to the last and requests / span (empty when the span is 0),

@@ -1,5 +1,5 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|pivot|cross|trace`:
+ * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|pivot|cross|best|trace`:
  * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
  * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
@@ -72,6 +72,11 @@ static const opt_spec select_specs[] = {
     OPT_END,
 };
 static const opt_spec out_specs[] = {
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec best_specs[] = {
+    {"by", OPT_STR, O(by), "", "one result per distinct value of these columns (comma-separated)"},
     OUT_OPT,
     OPT_END,
 };
@@ -307,6 +312,26 @@ int reduce_pivot_main(int argc, char **argv)
                       "as one row: `pivot FILE - len p50_ttft_ms` gives long,short. A cell no row fills is empty;\n"
                       "two rows for one cell are an error. Reorder or drop columns with `select --keep`.\n",
                       4, argc, argv, do_pivot);
+}
+
+static int do_best(FILE *out, reduce_options *o, terr *e)
+{
+    return reduce_best(out, o->pos[0], o->pos[1], opt_or_null(o->by), o->pos + 2, o->npos - 2, e);
+}
+
+int reduce_best_main(int argc, char **argv)
+{
+    return reduce_run("best", best_specs,
+                      "usage: tandem reduce best FILE X NAME=FN(...) [NAME=FN(...)...] [--by COL,COL] [--out FILE]\n\n"
+                      "Per group of rows (--by; groups in file order), one column NAME per FN:\n"
+                      "  max(Y), min(Y)        the group's largest / smallest Y\n"
+                      "  at_max(Y), at_min(Y)  X of the first row holding it\n"
+                      "  first(Y>=F*max)       X of the first row, in file order, whose Y is at least F times\n"
+                      "                        the group's largest (also <=, >, <, and F*min)\n"
+                      "The saturation knees of a sweep over X: 'n95=first(output_throughput>=0.95*max)' is the\n"
+                      "smallest X within 5% of the best throughput (rows sorted by X, as a sweep writes them).\n"
+                      "Rows whose Y is empty are left out of that column. CSV: BY...,NAME...\n",
+                      3, argc, argv, do_best);
 }
 
 static int do_trace(FILE *out, reduce_options *o, terr *e) { return reduce_trace(out, o->pos, o->npos, e); }

@@ -11,6 +11,7 @@
 #   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
 #   quantile_reads_the_cdf              weighted and unweighted levels, not interpolated
 #   pivot_makes_rows_wide               a row per key, a column per value, empty cells
+#   best_finds_saturation_knees         max/min, at_max/at_min, first within a factor
 #   trace_gives_the_rate                requests / span of a tandem and an Azure trace
 #   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
@@ -111,6 +112,13 @@ got=$(printf 'g,n,v\nlong,1,10\nshort,2,20\n' | "$BIN" reduce pivot /dev/stdin -
 [ "$got" = "long_n,long_v,short_n,short_v 1,10,2,20 " ] ||
     fail pivot_makes_rows_wide "one row: got '$got', want 'long_n,long_v,short_n,short_v 1,10,2,20 '"
 
+# best_finds_saturation_knees
+printf 'sys,n,tp,lat\na,1,10,5\na,2,19,3\na,4,20,3\na,8,20,9\nb,1,7,\nb,2,8,4\n' > "$TMP/b.csv"
+got=$("$BIN" reduce best "$TMP/b.csv" n --by sys 'best=max(tp)' 'n95=first(tp>=0.95*max)' 'lo=at_min(lat)' \
+      'hi=at_max(tp)' 'w2=first(lat<=2*min)' 'min=min(lat)' | tr '\n' ' ')
+want="sys,best,n95,lo,hi,w2,min a,20,2,2,4,1,3 b,8,2,2,2,2,4 "
+[ "$got" = "$want" ] || fail best_finds_saturation_knees "got '$got', want '$want'"
+
 # trace_gives_the_rate: 3 requests over 4 s; 4 over 10 s on the Azure clock
 printf 'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n4,10,5\n' > "$TMP/tr.csv"
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.5,10,5\n2023-11-16 18:15:52,10,5\n2023-11-16 18:15:55,10,5\n2023-11-16 18:16:00.5,10,5\n' > "$TMP/az.csv"
@@ -142,6 +150,7 @@ expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'n
 expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
 expect_error "quantile without levels" "--at" "$BIN" reduce quantile x a "$TMP/qw.csv"
 expect_error "pivot: two rows for one cell" "second row" "$BIN" reduce pivot "$TMP/d.csv" - b a
+expect_error "best: an unknown function" "median" "$BIN" reduce best "$TMP/b.csv" n 'm=median(tp)'
 expect_error "trace: not a trace" "q.csv" "$BIN" reduce trace "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
