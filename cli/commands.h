@@ -26,6 +26,7 @@ int reduce_cross_main(int argc, char **argv);
 int reduce_quantile_main(int argc, char **argv);
 int reduce_pivot_main(int argc, char **argv);
 int reduce_best_main(int argc, char **argv);
+int reduce_blocks_main(int argc, char **argv);
 int reduce_trace_main(int argc, char **argv);
 
 #endif

@@ -40,6 +40,7 @@ static const command commands[] = {
     {"reduce", "pivot", reduce_pivot_main, "a long table made wide: a row per value of one column, columns per another"},
     {"reduce", "cross", reduce_cross_main, "where a metric crosses targets against a swept rate: knees, capacity"},
     {"reduce", "best", reduce_best_main, "per group, a metric's best value, where, and the first X within a factor"},
+    {"reduce", "blocks", reduce_blocks_main, "some series of a gnuplot CDF file, picked by label"},
     {"reduce", "trace", reduce_trace_main, "a trace's requests, span and mean arrival rate, as CSV"},
     {NULL, "generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };

@@ -1213,6 +1213,51 @@ int reduce_best(FILE *out, const char *file, const char *xcol, const char *by, c
     return rc;
 }
 
+/* ---- blocks ---------------------------------------------------------------------------------- */
+
+int reduce_blocks(FILE *out, const char *file, const char *const *labels, int n, const char *strip, terr *e)
+{
+    size_t len;
+    char *text = read_text_file(file, &len, e);
+    if (!text) return -1;
+    size_t pn = strip ? strlen(strip) : 0;
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        /* a block: its comment lines, the line `"LABEL" ...`, its rows up to a blank line */
+        const char *block = NULL, *label_line = NULL, *after_label = NULL;
+        for (const char *line = text; *line && !label_line;) {
+            const char *end = strchr(line, '\n');
+            size_t ln = end ? (size_t)(end - line) : strlen(line);
+            if (!ln) block = NULL;
+            else if (!block) block = line;
+            if (ln && line[0] == '"') {
+                const char *close = memchr(line + 1, '"', ln - 1);
+                const char *lab = line + 1;
+                size_t lab_n = close ? (size_t)(close - lab) : 0;
+                if (close && lab_n >= pn && !memcmp(lab, strip ? strip : "", pn) && lab_n - pn == strlen(labels[i]) &&
+                    !memcmp(lab + pn, labels[i], lab_n - pn)) {
+                    label_line = line;
+                    after_label = close;
+                }
+            }
+            line = end ? end + 1 : line + ln;
+        }
+        if (!label_line) {
+            rc = terr_set(e, "%s has no block labelled \"%s%s\"", file, strip ? strip : "", labels[i]);
+            break;
+        }
+        if (i) fprintf(out, "\n\n");
+        fwrite(block, 1, (size_t)(label_line - block), out);
+        fprintf(out, "\"%s", labels[i]);
+        const char *rest = after_label, *stop = strstr(rest, "\n\n");
+        size_t rn = stop ? (size_t)(stop - rest) + 1 : strlen(rest);
+        fwrite(rest, 1, rn, out);
+        if (!stop && rn && rest[rn - 1] != '\n') fputc('\n', out);
+    }
+    free(text);
+    return rc;
+}
+
 /* ---- trace ----------------------------------------------------------------------------------- */
 
 int reduce_trace(FILE *out, const char *const *files, int n, terr *e)

@@ -15,6 +15,7 @@
  *   cross   where a metric crosses targets against a swept value, per group (capacity knees)
  *   best    per group, a metric's largest or smallest value, where it is reached, and the first
  *           swept value within a factor of it (saturation knees)
+ *   blocks  some blocks of a gnuplot data file (a CDF's), by label
  *   trace   a trace's requests, span and mean arrival rate
  *
  * Key decision: one small expression language over a row's columns serves every command, so the
@@ -140,6 +141,11 @@ int reduce_cross(FILE *out, const char *file, const char *x, const char *y, cons
  * CSV: BY...,NAME.... */
 int reduce_best(FILE *out, const char *file, const char *x, const char *by, const char *const *specs, int num_specs,
                 terr *e);
+
+/* The blocks of a gnuplot data file (a reduce_cdf output) labelled strip + labels[i], in the
+ * order of labels, written labelled labels[i] (strip NULL: ""); each block's comment lines
+ * and rows are kept as they are. A label no block has is an error. */
+int reduce_blocks(FILE *out, const char *file, const char *const *labels, int n, const char *strip, terr *e);
 
 /* CSV trace,format,requests,span_s,mean_rate_per_s: one row per trace (any format tandem reads),
  * the span from the first arrival to the last and requests / span (empty when the span is 0),

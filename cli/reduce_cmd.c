@@ -1,5 +1,5 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|pivot|cross|best|trace`:
+ * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|pivot|cross|best|blocks|trace`:
  * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
  * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
@@ -19,7 +19,7 @@
 #define MAX_POSITIONALS 256
 
 typedef struct reduce_options {
-    char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header, *at, *by, *suffix;
+    char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header, *at, *by, *suffix, *strip;
     double scale, bin, from, to;
     int64_t points;
     bool no_header, distinct;
@@ -77,6 +77,11 @@ static const opt_spec out_specs[] = {
 };
 static const opt_spec best_specs[] = {
     {"by", OPT_STR, O(by), "", "one result per distinct value of these columns (comma-separated)"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec blocks_specs[] = {
+    {"strip", OPT_STR, O(strip), "", "the blocks' labels are this text followed by LABEL, and are written as LABEL"},
     OUT_OPT,
     OPT_END,
 };
@@ -332,6 +337,21 @@ int reduce_best_main(int argc, char **argv)
                       "smallest X within 5% of the best throughput (rows sorted by X, as a sweep writes them).\n"
                       "Rows whose Y is empty are left out of that column. CSV: BY...,NAME...\n",
                       3, argc, argv, do_best);
+}
+
+static int do_blocks(FILE *out, reduce_options *o, terr *e)
+{
+    return reduce_blocks(out, o->pos[0], o->pos + 1, o->npos - 1, opt_or_null(o->strip), e);
+}
+
+int reduce_blocks_main(int argc, char **argv)
+{
+    return reduce_run("blocks", blocks_specs,
+                      "usage: tandem reduce blocks FILE LABEL [LABEL...] [--strip PREFIX] [--out FILE]\n\n"
+                      "Some blocks of a gnuplot data file that `reduce cdf` wrote (a block: comment lines, a\n"
+                      "line `\"LABEL\" \"F\"`, rows), in the order given, for a figure of a few of its series.\n"
+                      "With --strip, a block's label is PREFIX followed by LABEL, and it is written as LABEL.\n",
+                      2, argc, argv, do_blocks);
 }
 
 static int do_trace(FILE *out, reduce_options *o, terr *e) { return reduce_trace(out, o->pos, o->npos, e); }

@@ -12,6 +12,7 @@
 #   quantile_reads_the_cdf              weighted and unweighted levels, not interpolated
 #   pivot_makes_rows_wide               a row per key, a column per value, empty cells
 #   best_finds_saturation_knees         max/min, at_max/at_min, first within a factor
+#   blocks_picks_series_by_label        order of the arguments, --strip, rows kept
 #   trace_gives_the_rate                requests / span of a tandem and an Azure trace
 #   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
@@ -119,6 +120,12 @@ got=$("$BIN" reduce best "$TMP/b.csv" n --by sys 'best=max(tp)' 'n95=first(tp>=0
 want="sys,best,n95,lo,hi,w2,min a,20,2,2,4,1,3 b,8,2,2,2,2,4 "
 [ "$got" = "$want" ] || fail best_finds_saturation_knees "got '$got', want '$want'"
 
+# blocks_picks_series_by_label
+printf '# c1\n"L: one" "F"\n1 0.5\n2 1\n\n\n# c2\n"L: two" "F"\n3 1\n\n\n# c3\n"M: one" "F"\n4 1\n' > "$TMP/blk.dat"
+got=$("$BIN" reduce blocks "$TMP/blk.dat" --strip "L: " two one)
+want=$(printf '# c2\n"two" "F"\n3 1\n\n\n# c1\n"one" "F"\n1 0.5\n2 1')
+[ "$got" = "$want" ] || fail blocks_picks_series_by_label "got '$got', want '$want'"
+
 # trace_gives_the_rate: 3 requests over 4 s; 4 over 10 s on the Azure clock
 printf 'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n4,10,5\n' > "$TMP/tr.csv"
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.5,10,5\n2023-11-16 18:15:52,10,5\n2023-11-16 18:15:55,10,5\n2023-11-16 18:16:00.5,10,5\n' > "$TMP/az.csv"
@@ -151,6 +158,7 @@ expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
 expect_error "quantile without levels" "--at" "$BIN" reduce quantile x a "$TMP/qw.csv"
 expect_error "pivot: two rows for one cell" "second row" "$BIN" reduce pivot "$TMP/d.csv" - b a
 expect_error "best: an unknown function" "median" "$BIN" reduce best "$TMP/b.csv" n 'm=median(tp)'
+expect_error "blocks: a label no block has" '"L: three"' "$BIN" reduce blocks "$TMP/blk.dat" --strip "L: " three
 expect_error "trace: not a trace" "q.csv" "$BIN" reduce trace "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
