@@ -65,7 +65,7 @@ static void usage(FILE *f, const char *group)
         if (group && (!c->group || strcmp(c->group, group))) continue;
         char name[32];
         snprintf(name, sizeof name, "%s%s%s", group || !c->group ? "" : c->group, group || !c->group ? "" : " ", c->name);
-        fprintf(f, "  %-13s %s\n", name, c->summary);
+        fprintf(f, "  %-15s %s\n", name, c->summary);
     }
     fprintf(f, "\n`tandem %s%sCOMMAND --help` lists a command's options with their defaults%s.\n", group ? group : "",
             group ? " " : "", group ? "" : "; `tandem --version` says what built this binary");
