@@ -1010,8 +1010,9 @@ int reduce_pivot(FILE *out, const char *file, const char *row, const char *col, 
         size_t c = key_index(&cols, &nc, &cap_c, csv_rows_at(&t, cc));
         for (size_t i = 0; i < ncell; i++)
             if (cells[i].row == r && cells[i].col == c)
-                rc = terr_set(e, "%s:%lld: a second row for %s \"%s\", %s \"%s\"", t.path, (long long)csv_rows_line(&t),
-                              one ? "(all rows)" : row, rows[r], col, cols[c]);
+                rc = one ? terr_set(e, "%s:%lld: a second row for %s \"%s\"", t.path, (long long)csv_rows_line(&t), col, cols[c])
+                         : terr_set(e, "%s:%lld: a second row for %s \"%s\", %s \"%s\"", t.path,
+                                    (long long)csv_rows_line(&t), row, rows[r], col, cols[c]);
         if (rc) break;
         grow_array((void **)&cells, sizeof *cells, &cap_cell, ncell + 1);
         pivot_cell *p = &cells[ncell++];
