@@ -23,5 +23,10 @@ int reduce_bin_main(int argc, char **argv);
 int reduce_itl_main(int argc, char **argv);
 int reduce_select_main(int argc, char **argv);
 int reduce_cross_main(int argc, char **argv);
+int reduce_quantile_main(int argc, char **argv);
+int reduce_pivot_main(int argc, char **argv);
+int reduce_best_main(int argc, char **argv);
+int reduce_blocks_main(int argc, char **argv);
+int reduce_trace_main(int argc, char **argv);
 
 #endif

@@ -32,11 +32,16 @@ static const command commands[] = {
     {NULL, "plot", plot_main, "figures of runs and sweeps: latency CDFs, batch/KV/queue over time, latency vs load"},
     {NULL, "timeline", timeline_main, "a run as Chrome trace / Perfetto JSON: a track per request, one for steps"},
     {"reduce", "cdf", reduce_cdf_main, "latency CDFs of runs' CSVs, as gnuplot data (the figures' input)"},
+    {"reduce", "quantile", reduce_quantile_main, "values at percentiles of those CDFs (p99.9, max), weighted or not"},
     {"reduce", "group", reduce_group_main, "count, mean, p50/p90/p99, max per group of a requests.csv"},
     {"reduce", "bin", reduce_bin_main, "a steps.csv in time bins: busy, KV usage, batch size, queue"},
     {"reduce", "itl", reduce_itl_main, "every inter-token latency of a run, from its steps.csv"},
     {"reduce", "select", reduce_select_main, "rows and columns of a sweep's results.csv, with derived columns"},
+    {"reduce", "pivot", reduce_pivot_main, "a long table made wide: a row per value of one column, columns per another"},
     {"reduce", "cross", reduce_cross_main, "where a metric crosses targets against a swept rate: knees, capacity"},
+    {"reduce", "best", reduce_best_main, "per group, a metric's best value, where, and the first X within a factor"},
+    {"reduce", "blocks", reduce_blocks_main, "some series of a gnuplot CDF file, picked by label"},
+    {"reduce", "trace", reduce_trace_main, "a trace's requests, span and mean arrival rate, as CSV"},
     {NULL, "generate", generate_main, "run a Llama-family model on the CUDA or CPU engine"},
 };
 
@@ -60,7 +65,7 @@ static void usage(FILE *f, const char *group)
         if (group && (!c->group || strcmp(c->group, group))) continue;
         char name[32];
         snprintf(name, sizeof name, "%s%s%s", group || !c->group ? "" : c->group, group || !c->group ? "" : " ", c->name);
-        fprintf(f, "  %-13s %s\n", name, c->summary);
+        fprintf(f, "  %-15s %s\n", name, c->summary);
     }
     fprintf(f, "\n`tandem %s%sCOMMAND --help` lists a command's options with their defaults%s.\n", group ? group : "",
             group ? " " : "", group ? "" : "; `tandem --version` says what built this binary");

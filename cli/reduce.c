@@ -1,11 +1,16 @@
 /* reduce.c: see reduce.h. */
 #include "cli/reduce.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "core/stats.h"
+#include "traces/trace.h"
+#include "traces/trace_stats.h"
 
 /* ---- the expression language ----------------------------------------------------------------- */
 
@@ -114,14 +119,38 @@ static int eval_cond(const char *c, size_t n, const csv_rows *t, bool *out, terr
 
 static int eval_text(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e);
 
-/* A product or quotient of numbers and columns: terms split at '*' and '/'. */
+/* The operator at s[i] of an arithmetic expression, or 0: '*', '/', '+', and '-' written with a
+ * space on each side (a '-' inside a word is part of a column's name: time-scale). The '+' of
+ * an exponent (1e+06) is part of its number. */
+static char arith_op(const char *s, size_t n, size_t i)
+{
+    char c = s[i];
+    if (c == '*' || c == '/') return c;
+    if (c == '+') {
+        bool exponent = i >= 2 && (s[i - 1] == 'e' || s[i - 1] == 'E') && (isdigit((unsigned char)s[i - 2]) || s[i - 2] == '.') &&
+                        i + 1 < n && isdigit((unsigned char)s[i + 1]);
+        return exponent ? 0 : '+';
+    }
+    if (c == '-' && i > 0 && s[i - 1] == ' ' && i + 1 < n && s[i + 1] == ' ') return '-';
+    return 0;
+}
+
+static bool is_arith(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (arith_op(s, n, i)) return true;
+    return false;
+}
+
+/* Sums and differences of products and quotients of numbers and columns (the usual precedence,
+ * left to right). */
 static int eval_arith(const char *s, size_t n, const csv_rows *t, sbuf *b, terr *e)
 {
-    double acc = 1;
-    char op = '*';
+    double sum = 0, prod = 1;
+    char add = '+', mul = '*';
     for (size_t a = 0; a <= n;) {
         size_t end = a;
-        while (end < n && s[end] != '*' && s[end] != '/') end++;
+        while (end < n && !arith_op(s, n, end)) end++;
         const char *term = s + a;
         size_t tn = end - a;
         trim(&term, &tn);
@@ -135,12 +164,20 @@ static int eval_arith(const char *s, size_t n, const csv_rows *t, sbuf *b, terr 
             if (parse_f64(v, &x))
                 return terr_set(e, "%s:%lld: %s \"%s\" is not a number", t->path, (long long)csv_rows_line(t), tmp, v);
         }
-        acc = op == '*' ? acc * x : acc / x;
-        if (end < n) op = s[end];
+        prod = mul == '*' ? prod * x : prod / x;
+        char op = end < n ? arith_op(s, n, end) : '+';
+        if (op == '*' || op == '/') {
+            mul = op;
+        } else { /* the product ends here */
+            sum = add == '+' ? sum + prod : sum - prod;
+            add = op;
+            prod = 1;
+            mul = '*';
+        }
         a = end + 1;
     }
     char num[64];
-    int k = snprintf(num, sizeof num, "%.*g", b->digits, acc);
+    int k = snprintf(num, sizeof num, "%.*g", b->digits, sum);
     return sb_add(b, num, (size_t)k, e);
 }
 
@@ -157,7 +194,7 @@ static int eval_placeholder(const char *s, size_t n, const csv_rows *t, sbuf *b,
         if (eval_cond(s, (size_t)q, t, &yes, e)) return -1;
         return yes ? eval_text(rest, (size_t)k, t, b, e) : eval_text(rest + k + 1, rn - (size_t)k - 1, t, b, e);
     }
-    if (memchr(s, '/', n) || memchr(s, '*', n)) return eval_arith(s, n, t, b, e);
+    if (is_arith(s, n)) return eval_arith(s, n, t, b, e);
     const char *v = column_value(t, s, n, e);
     return v ? sb_add(b, v, strlen(v), e) : -1;
 }
@@ -227,10 +264,10 @@ static int check_text(const char *s, size_t n, const csv_rows *t, terr *e)
             if (check_cond(c, (size_t)q, t, e) || check_text(rest, (size_t)k, t, e) ||
                 check_text(rest + k + 1, rn - (size_t)k - 1, t, e))
                 return -1;
-        } else if (memchr(c, '/', cn) || memchr(c, '*', cn)) {
+        } else if (is_arith(c, cn)) {
             for (size_t a = 0; a <= cn;) {
                 size_t end = a;
-                while (end < cn && c[end] != '*' && c[end] != '/') end++;
+                while (end < cn && !arith_op(c, cn, end)) end++;
                 char tmp[256];
                 double x;
                 const char *term = c + a;
@@ -331,6 +368,12 @@ static bool counts(const csv_rows *t, int state_col)
     return state_col < 0 || !strcmp(csv_rows_at(t, state_col), "finished");
 }
 
+/* s with every comma written as ';' */
+static void put_field(FILE *out, const char *s)
+{
+    for (; *s; s++) fputc(*s == ',' ? ';' : *s, out);
+}
+
 /* ---- cdf ------------------------------------------------------------------------------------- */
 
 typedef struct vw {
@@ -373,46 +416,125 @@ void reduce_cdf_block(FILE *out, const char *label, const char *what, double *v,
     free(p);
 }
 
+/* The values of metric (a column or NAME=EXPR) in file, times o->scale, of the rows that count
+ * and meet o->where, and their weights (o->weight, or 1 each; rows of weight 0 are left out):
+ * *v and *w (*k of each, the caller frees them); name: the metric's name. */
+static int load_values(const char *file, const char *metric, const reduce_cdf_options *o, double **v, double **w,
+                       size_t *k, char *name, size_t name_n, terr *e)
+{
+    csv_rows t;
+    *v = *w = NULL;
+    *k = 0;
+    if (csv_rows_open(&t, file, e)) return -1;
+    reduce_field f;
+    int wcol = -1, rc = reduce_field_init(&f, metric, &t, e);
+    if (!rc && o->weight) rc = (wcol = csv_rows_need(&t, o->weight, e)) < 0 ? -1 : 0;
+    if (!rc) rc = reduce_check_where(o->where, &t, e);
+    snprintf(name, name_n, "%s", f.name);
+    bool m;
+    int state = csv_rows_col(&t, "state");
+    size_t cap_v = 0, cap_w = 0;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        bool empty;
+        double x, wt = 1;
+        if (!counts(&t, state)) continue;
+        if ((rc = reduce_where(o->where, &t, &m, e)) || !m) continue;
+        if ((rc = reduce_field_number(&f, &t, &x, &empty, e)) || empty) continue;
+        if (wcol >= 0 && parse_f64(csv_rows_at(&t, wcol), &wt))
+            rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), o->weight,
+                          csv_rows_at(&t, wcol));
+        if (rc || wt <= 0) continue;
+        grow_array((void **)v, sizeof **v, &cap_v, *k + 1);
+        grow_array((void **)w, sizeof **w, &cap_w, *k + 1);
+        (*v)[*k] = x * o->scale;
+        (*w)[(*k)++] = wt;
+    }
+    csv_rows_close(&t);
+    return rc;
+}
+
 int reduce_cdf(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
                const reduce_cdf_options *o, terr *e)
 {
     for (int s = 0; s < n; s++) {
-        csv_rows t;
-        if (csv_rows_open(&t, files[s], e)) return -1;
-        reduce_field f;
-        int wcol = -1, rc = reduce_field_init(&f, metric, &t, e);
-        if (!rc && o->weight) rc = (wcol = csv_rows_need(&t, o->weight, e)) < 0 ? -1 : 0;
-        if (!rc) rc = reduce_check_where(o->where, &t, e);
-        bool m;
-        int state = csv_rows_col(&t, "state");
-        double *v = NULL, *w = NULL;
-        size_t k = 0, cap_v = 0, cap_w = 0;
-        for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
-            if (more < 0) {
-                rc = -1;
-                break;
-            }
-            bool empty;
-            double x, wt = 1;
-            if (!counts(&t, state)) continue;
-            if ((rc = reduce_where(o->where, &t, &m, e)) || !m) continue;
-            if ((rc = reduce_field_number(&f, &t, &x, &empty, e)) || empty) continue;
-            if (wcol >= 0 && parse_f64(csv_rows_at(&t, wcol), &wt))
-                rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), o->weight,
-                              csv_rows_at(&t, wcol));
-            if (rc || wt <= 0) continue;
-            grow_array((void **)&v, sizeof *v, &cap_v, k + 1);
-            grow_array((void **)&w, sizeof *w, &cap_w, k + 1);
-            v[k] = x * o->scale;
-            w[k++] = wt;
-        }
+        double *v, *w;
+        size_t k;
+        char name[128];
+        int rc = load_values(files[s], metric, o, &v, &w, &k, name, sizeof name, e);
         if (!rc) {
             if (s) fprintf(out, "\n\n");
-            reduce_cdf_block(out, labels[s], f.name, v, o->weight ? w : NULL, o->weight, k, o->points);
+            reduce_cdf_block(out, labels[s], name, v, o->weight ? w : NULL, o->weight, k, o->points);
         }
         free(v);
         free(w);
-        csv_rows_close(&t);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---- quantile -------------------------------------------------------------------------------- */
+
+int reduce_quantile(FILE *out, const char *metric, const char *const *labels, const char *const *files, int n,
+                    const char *at, const reduce_cdf_options *o, terr *e)
+{
+    double pct[32];
+    char pct_text[32][32];
+    int np = 0;
+    for (const char *s = at; s && *s;) {
+        char *end;
+        if (np == 32) return terr_set(e, "--at: at most 32 percentiles");
+        pct[np] = strtod(s, &end);
+        if (end == s || (*end && *end != ',') || !(pct[np] > 0 && pct[np] <= 100))
+            return terr_set(e, "--at: \"%s\" is not a list of percentiles in (0, 100]", at);
+        snprintf(pct_text[np], sizeof pct_text[np], "%.*s", (int)(end - s), s);
+        np++;
+        s = *end ? end + 1 : end;
+    }
+    if (!np) return terr_set(e, "--at: at least one percentile (e.g. 50,99.9,100)");
+    for (int s = 0; s < n; s++) {
+        double *v, *w;
+        size_t k;
+        char name[128];
+        int rc = load_values(files[s], metric, o, &v, &w, &k, name, sizeof name, e);
+        if (!rc && !s) {
+            fprintf(out, "series");
+            for (int j = 0; j < np; j++)
+                if (pct[j] == 100) fprintf(out, ",max_%s", name);
+                else fprintf(out, ",p%s_%s", pct_text[j], name);
+            fputc('\n', out);
+        }
+        if (!rc) {
+            /* the values in order, then for each level the first at which the CDF reaches it:
+             * the same cum / total as reduce_cdf_block's F */
+            vw *p = xmalloc((k ? k : 1) * sizeof *p);
+            double total = 0;
+            for (size_t i = 0; i < k; i++) {
+                p[i] = (vw){v[i], w[i]};
+                total += w[i];
+            }
+            qsort(p, k, sizeof *p, cmp_vw);
+            put_field(out, labels[s]);
+            for (int j = 0; j < np && !k; j++) fputc(',', out);
+            for (int j = 0; j < np && k; j++) {
+                double cum = 0, q = pct[j] / 100;
+                size_t r = 0;
+                for (; r < k; r++) {
+                    cum += p[r].w;
+                    if (r + 1 < k && p[r + 1].v == p[r].v) continue;
+                    if (cum / total >= q) break;
+                }
+                if (r == k) r = k - 1; /* rounding: the last value is the top of the CDF */
+                fprintf(out, ",%.6g", p[r].v);
+            }
+            fputc('\n', out);
+            free(p);
+        }
+        free(v);
+        free(w);
         if (rc) return -1;
     }
     return 0;
@@ -641,15 +763,12 @@ int reduce_itl(FILE *out, const char *steps, bool v0, terr *e)
 
 /* ---- select ---------------------------------------------------------------------------------- */
 
-/* s with every comma written as ';' */
-static void put_field(FILE *out, const char *s)
+static int select_rows(FILE *out, const char *file, const char *const *adds, int na, const char *where,
+                       const char *keep, bool distinct, terr *e)
 {
-    for (; *s; s++) fputc(*s == ',' ? ';' : *s, out);
-}
-
-int reduce_select(FILE *out, const char *file, const char *const *adds, int na, const char *where, const char *keep,
-                  terr *e)
-{
+    char **seen = NULL; /* (nseen) the rows written, with --distinct */
+    uint64_t *seen_hash = NULL;
+    size_t nseen = 0, cap_seen = 0, cap_hash = 0;
     csv_rows t;
     if (csv_rows_open(&t, file, e)) return -1;
     int rc = 0;
@@ -699,18 +818,56 @@ int reduce_select(FILE *out, const char *file, const char *const *adds, int na, 
             break;
         }
         if ((rc = reduce_where(where, &t, &m, e)) || !m) continue;
+        /* --distinct: the row is written into text first, and only when it is new */
+        char *text = NULL;
+        size_t text_len = 0;
+        FILE *row = distinct ? open_memstream(&text, &text_len) : out;
+        if (!row) {
+            rc = terr_set(e, "out of memory");
+            break;
+        }
         for (int k = 0; !rc && k < no; k++) {
             char buf[1024];
-            if (k) fputc(',', out);
-            if (outc[k] >= 0) put_field(out, csv_rows_at(&t, outc[k]));
-            else if (!(rc = reduce_eval(f[-1 - outc[k]].expr, &t, buf, sizeof buf, e))) put_field(out, buf);
+            if (k) fputc(',', row);
+            if (outc[k] >= 0) put_field(row, csv_rows_at(&t, outc[k]));
+            else if (!(rc = reduce_eval(f[-1 - outc[k]].expr, &t, buf, sizeof buf, e))) put_field(row, buf);
         }
-        fputc('\n', out);
+        fputc('\n', row);
+        if (distinct) {
+            fclose(row);
+            uint64_t h = XXH3_64bits(text, text_len);
+            size_t i = 0;
+            while (i < nseen && (seen_hash[i] != h || strcmp(seen[i], text))) i++;
+            if (i < nseen) {
+                free(text);
+                continue;
+            }
+            fwrite(text, 1, text_len, out);
+            grow_array((void **)&seen, sizeof *seen, &cap_seen, nseen + 1);
+            grow_array((void **)&seen_hash, sizeof *seen_hash, &cap_hash, nseen + 1);
+            seen_hash[nseen] = h;
+            seen[nseen++] = text;
+        }
     }
+    for (size_t i = 0; i < nseen; i++) free(seen[i]);
+    free(seen);
+    free(seen_hash);
     free(outc);
     free(f);
     csv_rows_close(&t);
     return rc;
+}
+
+int reduce_select(FILE *out, const char *file, const char *const *adds, int na, const char *where, const char *keep,
+                  terr *e)
+{
+    return select_rows(out, file, adds, na, where, keep, false, e);
+}
+
+int reduce_select_distinct(FILE *out, const char *file, const char *const *adds, int na, const char *where,
+                           const char *keep, terr *e)
+{
+    return select_rows(out, file, adds, na, where, keep, true, e);
 }
 
 /* ---- cross ----------------------------------------------------------------------------------- */
@@ -810,4 +967,328 @@ int reduce_cross(FILE *out, const char *file, const char *xcol, const char *ycol
     free(g);
     csv_rows_close(&t);
     return rc;
+}
+
+/* ---- pivot ----------------------------------------------------------------------------------- */
+
+typedef struct pivot_cell {
+    size_t row, col;
+    char **v; /* (num_values) */
+} pivot_cell;
+
+/* The index of key in keys (appending it when new). */
+static size_t key_index(char ***keys, size_t *n, size_t *cap, const char *key)
+{
+    size_t i = 0;
+    while (i < *n && strcmp((*keys)[i], key)) i++;
+    if (i == *n) {
+        grow_array((void **)keys, sizeof **keys, cap, *n + 1);
+        (*keys)[(*n)++] = xstrdup(key);
+    }
+    return i;
+}
+
+int reduce_pivot(FILE *out, const char *file, const char *row, const char *col, const char *const *values, int nv,
+                 terr *e)
+{
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    bool one = !strcmp(row, "-");
+    int cr = one ? -1 : csv_rows_need(&t, row, e), cc = one || cr >= 0 ? csv_rows_need(&t, col, e) : -1;
+    int rc = cc < 0 ? -1 : 0, *cv = xcalloc((size_t)nv, sizeof *cv);
+    for (int j = 0; !rc && j < nv; j++)
+        if ((cv[j] = csv_rows_need(&t, values[j], e)) < 0) rc = -1;
+    char **rows = NULL, **cols = NULL;
+    size_t nr = 0, nc = 0, cap_r = 0, cap_c = 0, ncell = 0, cap_cell = 0;
+    pivot_cell *cells = NULL;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        size_t r = key_index(&rows, &nr, &cap_r, one ? "" : csv_rows_at(&t, cr));
+        size_t c = key_index(&cols, &nc, &cap_c, csv_rows_at(&t, cc));
+        for (size_t i = 0; i < ncell; i++)
+            if (cells[i].row == r && cells[i].col == c)
+                rc = one ? terr_set(e, "%s:%lld: a second row for %s \"%s\"", t.path, (long long)csv_rows_line(&t), col, cols[c])
+                         : terr_set(e, "%s:%lld: a second row for %s \"%s\", %s \"%s\"", t.path,
+                                    (long long)csv_rows_line(&t), row, rows[r], col, cols[c]);
+        if (rc) break;
+        grow_array((void **)&cells, sizeof *cells, &cap_cell, ncell + 1);
+        pivot_cell *p = &cells[ncell++];
+        *p = (pivot_cell){r, c, xcalloc((size_t)nv, sizeof(char *))};
+        for (int j = 0; j < nv; j++) p->v[j] = xstrdup(csv_rows_at(&t, cv[j]));
+    }
+    if (!rc) {
+        if (!one) put_field(out, row);
+        for (size_t c = 0; c < nc; c++)
+            for (int j = 0; j < nv; j++) {
+                if (c || j || !one) fputc(',', out);
+                put_field(out, cols[c]);
+                if (nv > 1) fprintf(out, "_%s", values[j]);
+            }
+        fputc('\n', out);
+        for (size_t r = 0; r < nr; r++) {
+            if (!one) put_field(out, rows[r]);
+            for (size_t c = 0; c < nc; c++) {
+                const pivot_cell *p = NULL;
+                for (size_t i = 0; !p && i < ncell; i++)
+                    if (cells[i].row == r && cells[i].col == c) p = &cells[i];
+                for (int j = 0; j < nv; j++) {
+                    if (c || j || !one) fputc(',', out);
+                    if (p) put_field(out, p->v[j]);
+                }
+            }
+            fputc('\n', out);
+        }
+    }
+    for (size_t i = 0; i < ncell; i++) {
+        for (int j = 0; j < nv; j++) free(cells[i].v[j]);
+        free(cells[i].v);
+    }
+    for (size_t i = 0; i < nr; i++) free(rows[i]);
+    for (size_t i = 0; i < nc; i++) free(cols[i]);
+    free(cells);
+    free(rows);
+    free(cols);
+    free(cv);
+    csv_rows_close(&t);
+    return rc;
+}
+
+/* ---- best ------------------------------------------------------------------------------------ */
+
+/* One output column of `reduce best`. */
+typedef struct best_spec {
+    char name[128];
+    enum { B_MAX, B_MIN, B_AT_MAX, B_AT_MIN, B_FIRST } kind;
+    char y[256];
+    int col;         /* of y */
+    bool of_max;     /* B_FIRST: the factor multiplies the group's largest y (else its smallest) */
+    char op[3];      /* B_FIRST: >=, <=, > or < */
+    double factor;   /* B_FIRST */
+} best_spec;
+
+/* NAME=max(Y), min(Y), at_max(Y), at_min(Y), first(Y OP [F*]max|min). */
+static int best_spec_init(best_spec *b, const char *spec, const csv_rows *t, terr *e)
+{
+    memset(b, 0, sizeof *b);
+    const char *eq = strchr(spec, '='), *open = eq ? strchr(eq, '(') : NULL;
+    size_t len = strlen(spec);
+    if (!eq || eq == spec || !open || spec[len - 1] != ')')
+        return terr_set(e, "\"%s\": expected NAME=max(Y), min(Y), at_max(Y), at_min(Y) or first(Y>=F*max)", spec);
+    snprintf(b->name, sizeof b->name, "%.*s", (int)(eq - spec), spec);
+    char fn[16], arg[256];
+    snprintf(fn, sizeof fn, "%.*s", (int)(open - eq - 1), eq + 1);
+    snprintf(arg, sizeof arg, "%.*s", (int)(spec + len - 1 - open - 1), open + 1);
+    static const char *const fns[] = {"max", "min", "at_max", "at_min", "first"};
+    int k = 0;
+    while (k < 5 && strcmp(fn, fns[k])) k++;
+    if (k == 5) return terr_set(e, "\"%s\": %s is not max, min, at_max, at_min or first", spec, fn);
+    b->kind = k;
+    if (b->kind != B_FIRST) {
+        snprintf(b->y, sizeof b->y, "%s", arg);
+        return (b->col = csv_rows_need(t, b->y, e)) < 0 ? -1 : 0;
+    }
+    size_t i = strcspn(arg, "<>");
+    if (!arg[i]) return terr_set(e, "\"%s\": first(Y OP F*max) with OP one of >= <= > <", spec);
+    snprintf(b->y, sizeof b->y, "%.*s", (int)i, arg);
+    b->op[0] = arg[i++];
+    if (arg[i] == '=') b->op[1] = arg[i++];
+    const char *rhs = arg + i, *star = strchr(rhs, '*');
+    const char *ext = star ? star + 1 : rhs;
+    b->factor = 1;
+    if (star) {
+        char f[64];
+        snprintf(f, sizeof f, "%.*s", (int)(star - rhs), rhs);
+        if (parse_f64(f, &b->factor)) return terr_set(e, "\"%s\": \"%s\" is not a number", spec, f);
+    }
+    if (strcmp(ext, "max") && strcmp(ext, "min")) return terr_set(e, "\"%s\": the bound is F*max or F*min", spec);
+    b->of_max = !strcmp(ext, "max");
+    return (b->col = csv_rows_need(t, b->y, e)) < 0 ? -1 : 0;
+}
+
+typedef struct best_group {
+    char *key;          /* the BY columns' values, comma-joined */
+    char **x;           /* (n) X of the group's rows, in file order */
+    double *y;          /* (n * num_specs) each spec's y, NAN when empty */
+    size_t n, cap_x, cap_y;
+} best_group;
+
+int reduce_best(FILE *out, const char *file, const char *xcol, const char *by, const char *const *specs, int ns,
+                terr *e)
+{
+    csv_rows t;
+    if (csv_rows_open(&t, file, e)) return -1;
+    int cx = csv_rows_need(&t, xcol, e), rc = cx < 0 ? -1 : 0, cb[16], nb = 0;
+    for (const char *s = by; !rc && s && *s;) {
+        const char *comma = strchr(s, ',');
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(comma ? (size_t)(comma - s) : strlen(s)), s);
+        if (nb == 16) rc = terr_set(e, "--by: at most 16 columns");
+        else if ((cb[nb++] = csv_rows_need(&t, name, e)) < 0) rc = -1;
+        s = comma ? comma + 1 : s + strlen(s);
+    }
+    best_spec *b = xcalloc((size_t)ns, sizeof *b);
+    for (int j = 0; !rc && j < ns; j++) rc = best_spec_init(&b[j], specs[j], &t, e);
+    best_group *g = NULL;
+    size_t ng = 0, cap = 0;
+    for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
+        if (more < 0) {
+            rc = -1;
+            break;
+        }
+        char key[1024] = "";
+        size_t used = 0;
+        for (int k = 0; k < nb; k++)
+            used += (size_t)snprintf(key + used, used < sizeof key ? sizeof key - used : 0, "%s%s", k ? "," : "",
+                                     csv_rows_at(&t, cb[k]));
+        size_t i = 0;
+        while (i < ng && strcmp(g[i].key, key)) i++;
+        if (i == ng) {
+            grow_array((void **)&g, sizeof *g, &cap, ng + 1);
+            g[ng++] = (best_group){.key = xstrdup(key)};
+        }
+        best_group *q = &g[i];
+        grow_array((void **)&q->x, sizeof *q->x, &q->cap_x, q->n + 1);
+        grow_array((void **)&q->y, sizeof *q->y, &q->cap_y, (q->n + 1) * (size_t)ns);
+        for (int j = 0; !rc && j < ns; j++) {
+            const char *v = csv_rows_at(&t, b[j].col);
+            double *y = &q->y[q->n * (size_t)ns + (size_t)j];
+            *y = NAN;
+            if (*v && parse_f64(v, y))
+                rc = terr_set(e, "%s:%lld: %s \"%s\" is not a number", t.path, (long long)csv_rows_line(&t), b[j].y, v);
+        }
+        q->x[q->n++] = xstrdup(csv_rows_at(&t, cx));
+    }
+    if (!rc) {
+        for (int k = 0; k < nb; k++) fprintf(out, "%s,", csv_rows_name(&t, cb[k]));
+        for (int j = 0; j < ns; j++) fprintf(out, "%s%s", j ? "," : "", b[j].name);
+        fputc('\n', out);
+        for (size_t i = 0; i < ng; i++) {
+            best_group *q = &g[i];
+            fprintf(out, "%s%s", q->key, nb ? "," : "");
+            for (int j = 0; j < ns; j++) {
+                const best_spec *s = &b[j];
+                /* the group's largest and smallest y, and the first rows holding them */
+                size_t at_max = q->n, at_min = q->n;
+                for (size_t r = 0; r < q->n; r++) {
+                    double y = q->y[r * (size_t)ns + (size_t)j];
+                    if (isnan(y)) continue;
+                    if (at_max == q->n || y > q->y[at_max * (size_t)ns + (size_t)j]) at_max = r;
+                    if (at_min == q->n || y < q->y[at_min * (size_t)ns + (size_t)j]) at_min = r;
+                }
+                if (j) fputc(',', out);
+                if (at_max == q->n) continue; /* no number in the group: empty */
+                double max = q->y[at_max * (size_t)ns + (size_t)j], min = q->y[at_min * (size_t)ns + (size_t)j];
+                if (s->kind == B_MAX) fprintf(out, "%.6g", max);
+                else if (s->kind == B_MIN) fprintf(out, "%.6g", min);
+                else if (s->kind == B_AT_MAX) put_field(out, q->x[at_max]);
+                else if (s->kind == B_AT_MIN) put_field(out, q->x[at_min]);
+                else {
+                    double bound = s->factor * (s->of_max ? max : min);
+                    for (size_t r = 0; r < q->n; r++) {
+                        double y = q->y[r * (size_t)ns + (size_t)j];
+                        bool hit = !strcmp(s->op, ">=") ? y >= bound : !strcmp(s->op, "<=") ? y <= bound
+                                   : !strcmp(s->op, ">")  ? y > bound
+                                                          : y < bound;
+                        if (!isnan(y) && hit) {
+                            put_field(out, q->x[r]);
+                            break;
+                        }
+                    }
+                }
+            }
+            fputc('\n', out);
+        }
+    }
+    for (size_t i = 0; i < ng; i++) {
+        for (size_t r = 0; r < g[i].n; r++) free(g[i].x[r]);
+        free(g[i].x);
+        free(g[i].y);
+        free(g[i].key);
+    }
+    free(g);
+    free(b);
+    csv_rows_close(&t);
+    return rc;
+}
+
+/* ---- blocks ---------------------------------------------------------------------------------- */
+
+int reduce_blocks(FILE *out, const char *file, const char *const *labels, int n, const char *strip, terr *e)
+{
+    size_t len;
+    char *text = read_text_file(file, &len, e);
+    if (!text) return -1;
+    size_t pn = strip ? strlen(strip) : 0;
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        /* a block: its comment lines, the line `"LABEL" ...`, its rows up to a blank line */
+        const char *block = NULL, *label_line = NULL, *after_label = NULL;
+        for (const char *line = text; *line && !label_line;) {
+            const char *end = strchr(line, '\n');
+            size_t ln = end ? (size_t)(end - line) : strlen(line);
+            if (!ln) block = NULL;
+            else if (!block) block = line;
+            if (ln && line[0] == '"') {
+                const char *close = memchr(line + 1, '"', ln - 1);
+                const char *lab = line + 1;
+                size_t lab_n = close ? (size_t)(close - lab) : 0;
+                if (close && lab_n >= pn && !memcmp(lab, strip ? strip : "", pn) && lab_n - pn == strlen(labels[i]) &&
+                    !memcmp(lab + pn, labels[i], lab_n - pn)) {
+                    label_line = line;
+                    after_label = close;
+                }
+            }
+            line = end ? end + 1 : line + ln;
+        }
+        if (!label_line) {
+            rc = terr_set(e, "%s has no block labelled \"%s%s\"", file, strip ? strip : "", labels[i]);
+            break;
+        }
+        if (i) fprintf(out, "\n\n");
+        fwrite(block, 1, (size_t)(label_line - block), out);
+        fprintf(out, "\"%s", labels[i]);
+        const char *rest = after_label, *stop = strstr(rest, "\n\n");
+        size_t rn = stop ? (size_t)(stop - rest) + 1 : strlen(rest);
+        fwrite(rest, 1, rn, out);
+        if (!stop && rn && rest[rn - 1] != '\n') fputc('\n', out);
+    }
+    free(text);
+    return rc;
+}
+
+/* ---- trace ----------------------------------------------------------------------------------- */
+
+int reduce_trace(FILE *out, const char *const *files, int n, terr *e)
+{
+    fprintf(out, "trace,format,requests,span_s,mean_rate_per_s\n");
+    for (int i = 0; i < n; i++) {
+        trace_reader *tr;
+        if (trace_open(&tr, files[i], NULL, e)) return -1;
+        trace_stats st;
+        trace_stats_init(&st, 60);
+        arrival_source src = trace_source(tr);
+        arrival a;
+        int rc;
+        while ((rc = src.next(src.self, &a, e)) == 1)
+            if (trace_stats_add(&st, &a, e)) {
+                rc = -1;
+                break;
+            }
+        const char *format = trace_format_name(tr);
+        trace_close(tr);
+        if (!rc && !st.n) rc = terr_set(e, "%s: no requests", files[i]);
+        if (!rc) {
+            trace_stats_finish(&st);
+            put_field(out, files[i]);
+            fprintf(out, ",%s,%lld,%.6g,", format, (long long)st.n, st.span_s);
+            if (!isnan(st.mean_rate)) fprintf(out, "%.6g", st.mean_rate);
+            fputc('\n', out);
+        }
+        trace_stats_free(&st);
+        if (rc) return -1;
+    }
+    return 0;
 }

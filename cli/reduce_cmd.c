@@ -1,7 +1,7 @@
 /*
- * reduce_cmd.c: `tandem reduce cdf|group|bin|itl|select`: the statistics behind the figures
- * (cli/reduce.h), as small CSV or gnuplot data files on stdout (or --out FILE). The experiment
- * scripts call these and gnuplot; they compute nothing themselves.
+ * reduce_cmd.c: `tandem reduce cdf|quantile|group|bin|itl|select|pivot|cross|best|blocks|trace`:
+ * the statistics behind the figures (cli/reduce.h), as small CSV or gnuplot data files on stdout
+ * (or --out FILE). The experiment scripts call these and gnuplot; they compute nothing themselves.
  *
  * Exit codes: 0 ok, 1 the output could not be written, 2 bad flags or bad input (the message
  * names the file, line, column or expression).
@@ -19,10 +19,10 @@
 #define MAX_POSITIONALS 256
 
 typedef struct reduce_options {
-    char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header, *at, *by, *suffix;
+    char *out, *where, *weight, *mode, *keep, *prefix, *prefix_header, *at, *by, *suffix, *strip;
     double scale, bin, from, to;
     int64_t points;
-    bool no_header;
+    bool no_header, distinct;
     const char *pos[MAX_POSITIONALS]; /* the positionals; point into argv */
     int npos;
 } reduce_options;
@@ -34,6 +34,14 @@ static const opt_spec cdf_specs[] = {
     {"weight", OPT_STR, O(weight), "", "weight each row by this column (rows of weight 0 are left out)"},
     {"scale", OPT_F64, O(scale), "1", "multiply every value (0.001: ms to s)"},
     {"points", OPT_I64, O(points), "200", "levels of the CDF below its top 1% (the top 1% gets 50 more)"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec quantile_specs[] = {
+    {"at", OPT_STR, O(at), "", "the percentiles, comma-separated, in (0, 100] (e.g. 50,99.9,100; 100: the largest)"},
+    {"where", OPT_STR, O(where), "", "only rows meeting these conditions, e.g. priority=0 (several joined by &)"},
+    {"weight", OPT_STR, O(weight), "", "weight each row by this column (rows of weight 0 are left out)"},
+    {"scale", OPT_F64, O(scale), "1", "multiply every value (0.001: ms to s)"},
     OUT_OPT,
     OPT_END,
 };
@@ -59,6 +67,21 @@ static const opt_spec itl_specs[] = {
 static const opt_spec select_specs[] = {
     {"where", OPT_STR, O(where), "", "only rows meeting these conditions, e.g. scheduling-policy=vllm|priority&time-scale=1"},
     {"keep", OPT_STR, O(keep), "", "write only these columns, in this order (comma-separated)"},
+    {"distinct", OPT_BOOL, O(distinct), "false", "leave out a row equal (as written) to one written before it"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec out_specs[] = {
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec best_specs[] = {
+    {"by", OPT_STR, O(by), "", "one result per distinct value of these columns (comma-separated)"},
+    OUT_OPT,
+    OPT_END,
+};
+static const opt_spec blocks_specs[] = {
+    {"strip", OPT_STR, O(strip), "", "the blocks' labels are this text followed by LABEL, and are written as LABEL"},
     OUT_OPT,
     OPT_END,
 };
@@ -157,6 +180,33 @@ int reduce_cdf_main(int argc, char **argv)
                       3, argc, argv, do_cdf);
 }
 
+static int do_quantile(FILE *out, reduce_options *o, terr *e)
+{
+    if (o->npos % 2 != 1) return terr_set(e, "series come as LABEL FILE pairs after the column; \"%s\" has no file",
+                                          o->pos[o->npos - 1]);
+    const char *labels[MAX_POSITIONALS], *files[MAX_POSITIONALS];
+    int n = 0;
+    for (int i = 1; i + 1 < o->npos; i += 2, n++) {
+        labels[n] = o->pos[i];
+        files[n] = o->pos[i + 1];
+    }
+    reduce_cdf_options co = {opt_or_null(o->where), opt_or_null(o->weight), o->scale, 0};
+    return reduce_quantile(out, o->pos[0], labels, files, n, o->at, &co, e);
+}
+
+int reduce_quantile_main(int argc, char **argv)
+{
+    return reduce_run("quantile", quantile_specs,
+                      "usage: tandem reduce quantile COLUMN LABEL FILE [LABEL FILE...] --at P[,P...] [--where COND]\n"
+                      "       [--weight COL] [--scale S] [--out FILE]\n\n"
+                      "The values of COLUMN (or NAME=EXPR) at percentiles P of its CDF, one row per series, read\n"
+                      "as `reduce cdf` reads them (a requests.csv's finished requests, --where, --weight):\n"
+                      "the smallest value at which the fraction of rows (of weight) at or below it reaches P%,\n"
+                      "not interpolated, so P=100 is the largest. The tail of a weighted CDF, e.g. p99.9 and the\n"
+                      "maximum of the ITLs of `reduce itl`. CSV: series,pP_COLUMN,... (max_COLUMN for 100).\n",
+                      3, argc, argv, do_quantile);
+}
+
 static int do_group(FILE *out, reduce_options *o, terr *e)
 {
     reduce_group_options go = {opt_or_null(o->prefix), opt_or_null(o->prefix_header), o->no_header};
@@ -215,19 +265,22 @@ int reduce_itl_main(int argc, char **argv)
 
 static int do_select(FILE *out, reduce_options *o, terr *e)
 {
-    return reduce_select(out, o->pos[o->npos - 1], o->pos, o->npos - 1, opt_or_null(o->where), opt_or_null(o->keep), e);
+    return (o->distinct ? reduce_select_distinct : reduce_select)(out, o->pos[o->npos - 1], o->pos, o->npos - 1,
+                                                                  opt_or_null(o->where), opt_or_null(o->keep), e);
 }
 
 int reduce_select_main(int argc, char **argv)
 {
     return reduce_run("select", select_specs,
-                      "usage: tandem reduce select [NAME=EXPR...] FILE [--where COND] [--keep COL,COL,...] [--out FILE]\n\n"
+                      "usage: tandem reduce select [NAME=EXPR...] FILE [--where COND] [--keep COL,COL,...] [--distinct]\n"
+                      "       [--out FILE]\n\n"
                       "Rows and columns of a CSV with a header (a sweep's results.csv), with derived columns\n"
                       "NAME=EXPR appended, e.g. 'rate={5.53/time-scale}', 'system={scheduling-policy} +\n"
-                      "{preemption-mode}'. EXPR: text where {COL} is a column's value, {A/B*C} a number from\n"
-                      "numbers and columns, {COND?THEN:ELSE} a choice. COND: COL=V (V may be A|B), COL!=V,\n"
-                      "COL~TEXT (contains), COL<V, COL>=V, ...; --where joins several with &. Commas inside\n"
-                      "fields are written as ';'.\n",
+                      "{preemption-mode}'. EXPR: text where {COL} is a column's value, {A/B*C+D - E} a number\n"
+                      "from numbers and columns (a '-' subtracts only with spaces around it: time-scale is a\n"
+                      "name), {COND?THEN:ELSE} a choice. COND: COL=V (V may be A|B), COL!=V, COL~TEXT\n"
+                      "(contains), COL<V, COL>=V, ...; --where joins several with &. --distinct writes a row\n"
+                      "only the first time. Commas inside fields are written as ';'. FILE may be /dev/stdin.\n",
                       1, argc, argv, do_select);
 }
 
@@ -247,4 +300,69 @@ int reduce_cross_main(int argc, char **argv)
                       "\">X\" when no row is: the capacity under an SLO, read off a sweep. CSV:\n"
                       "BY...,knee_X_at_T[SUFFIX] for each T.\n",
                       3, argc, argv, do_cross);
+}
+
+static int do_pivot(FILE *out, reduce_options *o, terr *e)
+{
+    return reduce_pivot(out, o->pos[0], o->pos[1], o->pos[2], o->pos + 3, o->npos - 3, e);
+}
+
+int reduce_pivot_main(int argc, char **argv)
+{
+    return reduce_run("pivot", out_specs,
+                      "usage: tandem reduce pivot FILE ROW COL VALUE [VALUE...] [--out FILE]\n\n"
+                      "A long table made wide: one row per distinct value of column ROW (file order; - for one\n"
+                      "row and no ROW column), then, per distinct value C of column COL (file order), the\n"
+                      "VALUE columns, named C (one VALUE) or C_VALUE. E.g. the per-group rows of `reduce group`\n"
+                      "as one row: `pivot FILE - len p50_ttft_ms` gives long,short. A cell no row fills is empty;\n"
+                      "two rows for one cell are an error. Reorder or drop columns with `select --keep`.\n",
+                      4, argc, argv, do_pivot);
+}
+
+static int do_best(FILE *out, reduce_options *o, terr *e)
+{
+    return reduce_best(out, o->pos[0], o->pos[1], opt_or_null(o->by), o->pos + 2, o->npos - 2, e);
+}
+
+int reduce_best_main(int argc, char **argv)
+{
+    return reduce_run("best", best_specs,
+                      "usage: tandem reduce best FILE X NAME=FN(...) [NAME=FN(...)...] [--by COL,COL] [--out FILE]\n\n"
+                      "Per group of rows (--by; groups in file order), one column NAME per FN:\n"
+                      "  max(Y), min(Y)        the group's largest / smallest Y\n"
+                      "  at_max(Y), at_min(Y)  X of the first row holding it\n"
+                      "  first(Y>=F*max)       X of the first row, in file order, whose Y is at least F times\n"
+                      "                        the group's largest (also <=, >, <, and F*min)\n"
+                      "The saturation knees of a sweep over X: 'n95=first(output_throughput>=0.95*max)' is the\n"
+                      "smallest X within 5% of the best throughput (rows sorted by X, as a sweep writes them).\n"
+                      "Rows whose Y is empty are left out of that column. CSV: BY...,NAME...\n",
+                      3, argc, argv, do_best);
+}
+
+static int do_blocks(FILE *out, reduce_options *o, terr *e)
+{
+    return reduce_blocks(out, o->pos[0], o->pos + 1, o->npos - 1, opt_or_null(o->strip), e);
+}
+
+int reduce_blocks_main(int argc, char **argv)
+{
+    return reduce_run("blocks", blocks_specs,
+                      "usage: tandem reduce blocks FILE LABEL [LABEL...] [--strip PREFIX] [--out FILE]\n\n"
+                      "Some blocks of a gnuplot data file that `reduce cdf` wrote (a block: comment lines, a\n"
+                      "line `\"LABEL\" \"F\"`, rows), in the order given, for a figure of a few of its series.\n"
+                      "With --strip, a block's label is PREFIX followed by LABEL, and it is written as LABEL.\n",
+                      2, argc, argv, do_blocks);
+}
+
+static int do_trace(FILE *out, reduce_options *o, terr *e) { return reduce_trace(out, o->pos, o->npos, e); }
+
+int reduce_trace_main(int argc, char **argv)
+{
+    return reduce_run("trace", out_specs,
+                      "usage: tandem reduce trace TRACE [TRACE...] [--out FILE]\n\n"
+                      "CSV trace,format,requests,span_s,mean_rate_per_s, one row per trace (any format tandem\n"
+                      "reads): the span from the first arrival to the last, and requests / span (empty when the\n"
+                      "span is 0), as `tandem trace stats` computes them; for a rate column of a sweep over\n"
+                      "--time-scale: `select 'rate={RATE/time-scale}'`.\n",
+                      1, argc, argv, do_trace);
 }

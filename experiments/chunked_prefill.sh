@@ -21,20 +21,29 @@
 source "$(dirname "$0")/lib.sh"
 exp_init chunked_prefill
 
-LOADS="moderate:20:1 high:30:1.5"   # name:short rate:long rate (requests/s)
+# the loads: arrival rates of the short and the long requests (requests/s)
+LOADS="name,short_rate,long_rate
+moderate,20,1
+high,30,1.5"
 SPAN_S=300
 LONG_MIN=4096   # prompts at least this long are "long" in the per-group statistics
 COMMON="model = llama-3-8b
 max-model-len = 8192
 max-num-seqs = 256"
 
+# loads: LOADS, with the requests each trace needs to span SPAN_S and the load's label in the
+# figures, "moderate (21 req/s)": CSV name,short_rate,long_rate,short_requests,long_requests,label
+loads() {
+    "$BIN" reduce select "short_requests={short_rate*$SPAN_S}" "long_requests={long_rate*$SPAN_S}" \
+        "label={name} ({short_rate+long_rate} req/s)" /dev/stdin <<<"$LOADS"
+}
+
 run() {
-    local load name rs rl traces=""
-    for load in $LOADS; do
-        IFS=: read -r name rs rl <<<"$load"
-        gen_trace "$RAW/short_$name.csv" --num-requests "$(awk "BEGIN { print int($rs * $SPAN_S) }")" --rate "$rs" \
+    local name rs rl ns nl label traces=""
+    while IFS=, read -r name rs rl ns nl label; do
+        gen_trace "$RAW/short_$name.csv" --num-requests "$ns" --rate "$rs" \
             --length-dist lognormal --input-len 512 --output-len 256 --lognormal-sigma 0.8 --max-len 4000 --seed 1
-        gen_trace "$RAW/long_$name.csv" --num-requests "$(awk "BEGIN { print int($rl * $SPAN_S) }")" --rate "$rl" \
+        gen_trace "$RAW/long_$name.csv" --num-requests "$nl" --rate "$rl" \
             --length-dist uniform --input-len 6000 --range-ratio 0.3 --output-len 128 --seed 2
         if [ ! -f "$RAW/mix_$name.csv" ]; then
             { echo arrival_s,prompt_tokens,output_tokens
@@ -42,7 +51,7 @@ run() {
             mv "$RAW/mix.tmp" "$RAW/mix_$name.csv"
         fi
         traces="$traces${traces:+, }$RAW/mix_$name.csv"
-    done
+    done < <(loads | tail -n +2)
     local trace=$traces
     sweep chunked --keep-requests --keep-steps --quiet <<EOF
 trace = $trace
@@ -68,13 +77,7 @@ EOF
 }
 
 # load_label NAME: the load as the figures name it, with its rate: "moderate (21 req/s)"
-load_label() {
-    local load name rs rl
-    for load in $LOADS; do
-        IFS=: read -r name rs rl <<<"$load"
-        if [ "$name" = "$1" ]; then awk -v n="$name" -v a="$rs" -v b="$rl" 'BEGIN { printf "%s (%g req/s)\n", n, a + b }'; fi
-    done
-}
+load_label() { loads | "$BIN" reduce select --where "name=$1" --keep label /dev/stdin | tail -n +2; }
 # load_of TRACE: the load label of a mix_NAME.csv trace
 load_of() { local b=${1##*/mix_}; load_label "${b%.csv}"; }
 
@@ -103,20 +106,21 @@ reduce() {
     local first=1 dir row tail groups mode load
     while IFS=, read -r load label budget id; do
         dir=$(ls -d "$RAW"/*/points/"$id")
-        row=$(awk -F, -v id="$id" '$1 == id { sub(/^[^,]*,/, ""); print }' "$all")
-        # every ITL of the run, and its CDF; the tail read off the CDF's top-1% levels
+        row=$("$BIN" reduce select --where "id=$id" --keep "${cols#id,}" "$all" | tail -n +2)
+        # every ITL of the run, its CDF, and its tail: p99.9 and the largest, where the CDF
+        # reaches 0.999 and 1
         mode=v1; [ "$label" = "vllm-v0 unchunked" ] && mode=v0
         "$BIN" reduce itl --mode $mode "$dir/steps.csv" > "$RAW/itl_$id.csv"
         [ $first = 1 ] || printf '\n\n' >> "$RES/cdf_itl.dat"
         first=0
-        "$BIN" reduce cdf --weight tokens itl_ms "$load: $label $budget" "$RAW/itl_$id.csv" > "$RAW/cdf_itl_$id.dat"
-        cat "$RAW/cdf_itl_$id.dat" >> "$RES/cdf_itl.dat"
-        tail=$(awk '/^[0-9]/ { if (!p && $2 >= 0.999) p = $1; max = $1 } END { printf "%s,%s", p, max }' "$RAW/cdf_itl_$id.dat")
-        # TTFT of short and long prompts
+        "$BIN" reduce cdf --weight tokens itl_ms "$load: $label $budget" "$RAW/itl_$id.csv" >> "$RES/cdf_itl.dat"
+        tail=$("$BIN" reduce quantile --weight tokens --at 99.9,100 itl_ms "$label" "$RAW/itl_$id.csv" |
+               tail -n +2 | cut -d, -f2-)
+        # TTFT of short and long prompts: the rows of the two groups as one row
         groups=$("$BIN" reduce group "$dir/requests.csv" "len={prompt_tokens>=$LONG_MIN?long:short}" ttft_ms |
-                 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
-                          { p50[$1] = $ix["p50_ttft_ms"]; p99[$1] = $ix["p99_ttft_ms"] }
-                          END { printf "%s,%s,%s,%s", p50["short"], p99["short"], p50["long"], p99["long"] }')
+                 "$BIN" reduce pivot /dev/stdin - len p50_ttft_ms p99_ttft_ms |
+                 "$BIN" reduce select --keep short_p50_ttft_ms,short_p99_ttft_ms,long_p50_ttft_ms,long_p99_ttft_ms /dev/stdin |
+                 tail -n +2)
         echo "$load,$label,$budget,$row,$tail,$groups" >> "$RES/configs.csv"
     done < "$RAW/configs.csv"
 }
@@ -131,11 +135,8 @@ plot() {
     # the ITL tails of a few configurations at the moderate load (blocks of cdf_itl.dat, by label)
     local moderate
     moderate=$(load_label moderate)
-    awk -v keep="vllm-v0 unchunked 8192|vllm unchunked 8192|vllm chunked 2048|vllm chunked 512|vllm chunked 256" -v load="$moderate: " '
-        BEGIN { n = split(keep, k, "|"); for (i = 1; i <= n; i++) want["\"" load k[i] "\" \"F\""] = 1 }
-        /^# / { hdr = $0; next }
-        /^"/ { on = ($0 in want); if (on) { if (blocks++) printf "\n\n"; print hdr; print "\"" substr($0, length(load) + 2) } next }
-        on && NF' "$RES/cdf_itl.dat" > "$RAW_TMP/cdf_itl_some.dat"
+    "$BIN" reduce blocks "$RES/cdf_itl.dat" --strip "$moderate: " "vllm chunked 256" "vllm chunked 512" \
+        "vllm chunked 2048" "vllm unchunked 8192" "vllm-v0 unchunked 8192" > "$RAW_TMP/cdf_itl_some.dat"
     gp cdf -e ccdf=1 -e ymin=1e-4 -e 'what="decode tokens"' -e 'key="below"' "$FIG/chunked_prefill_itl" \
         "ITL tail at the moderate load ${moderate#moderate }, by token budget per step" \
         "$RAW_TMP/cdf_itl_some.dat" "inter-token latency (ms)"

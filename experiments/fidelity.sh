@@ -121,21 +121,19 @@ report() {
 plot() {
     local dat=$RES/figure.dat
     : > "$dat.tmp"
+    local m metrics=output_throughput,mean_ttft_ms,median_tpot_ms,median_e2el_ms keep=workload
+    for m in ${metrics//,/ } step; do keep=$keep,roofline_$m,profile_$m; done
     for model in $MODELS; do
-        awk -F, -v model="$model" '
-            FNR == 1 { file++; next }
-            $1 != model { next }
-            file == 1 { k = $2 SUBSEP $3 SUBSEP $4; v[k] = 100 * $7; if (!($2 in seen)) { seen[$2] = 1; order[n++] = $2 } }
-            file == 2 && $4 == "all" { step[$2 SUBSEP $3] = 100 * $6 }
-            END {
-                for (i = 0; i < n; i++) {
-                    w = order[i]; line = w
-                    split("output_throughput mean_ttft_ms median_tpot_ms median_e2el_ms", ms, " ")
-                    for (j = 1; j <= 4; j++) line = line " " v[w, "roofline", ms[j]] " " v[w, "profile", ms[j]]
-                    print line " " step[w, "roofline"] " " step[w, "profile"]
-                }
-                printf "\n\n"
-            }' "$RES/table.csv" "$RES/steps.csv" >> "$dat.tmp"
+        # long: workload, roofline_METRIC or profile_METRIC (or _step: the per-step median
+        # absolute error of all steps), error in percent; then a row per workload (in
+        # table.csv's order), space-separated
+        { "$BIN" reduce select 'key={cost_model}_{metric}' 'pct={rel_error*100}' --keep workload,key,pct \
+              --where "model=$model&metric=${metrics//,/|}" "$RES/table.csv"
+          "$BIN" reduce select 'key={cost_model}_step' 'pct={median_abs_rel_error*100}' --keep workload,key,pct \
+              --where "model=$model&class=all" "$RES/steps.csv" | tail -n +2
+        } | "$BIN" reduce pivot /dev/stdin workload key pct | "$BIN" reduce select --keep "$keep" /dev/stdin |
+            tail -n +2 | tr , ' ' >> "$dat.tmp"
+        printf '\n\n' >> "$dat.tmp"
     done
     mv "$dat.tmp" "$dat"
     gnuplot -e "DAT='$dat'; OUT='$FIG/fidelity'" "$PLOTS/fidelity.gp"

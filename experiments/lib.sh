@@ -102,24 +102,10 @@ exp_main() {
     esac
 }
 
-# trace_rate FILE: the trace's mean arrival rate (requests/s): rows / (last - first arrival).
-# Reads Azure 2023 files (wall-clock TIMESTAMP; the span must lie within one day) and tandem CSV
-# (arrival_s).
+# trace_rate FILE: the trace's mean arrival rate (requests/s): rows / (last - first arrival), as
+# `tandem reduce trace` computes it for any trace format (%.6g; empty when the span is 0).
 trace_rate() {
-    tr -d '\r' < "$1" | awk -F, -v file="$1" '
-    NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i
-              azure = "TIMESTAMP" in ix
-              if (!azure && !("arrival_s" in ix)) { print "trace_rate: " file ": no TIMESTAMP or arrival_s column" > "/dev/stderr"; exit 2 }
-              next }
-    {
-        if (azure) { split($ix["TIMESTAMP"], dt, " "); split(dt[2], hms, ":"); t = hms[1] * 3600 + hms[2] * 60 + hms[3]
-                     if (NR == 2) day = dt[1]
-                     else if (dt[1] != day) { print "trace_rate: " file ": spans more than one day" > "/dev/stderr"; exit 2 } }
-        else t = $ix["arrival_s"]
-        if (NR == 2) first = t
-        last = t; n++
-    }
-    END { if (n > 1 && last > first) printf "%.6g\n", n / (last - first); else print "inf" }'
+    "$BIN" reduce trace "$1" | "$BIN" reduce select --keep mean_rate_per_s /dev/stdin | tail -n +2
 }
 
 # points_group_stats POINTS_DIR GROUP METRIC... < CSV: per-group latency statistics of many

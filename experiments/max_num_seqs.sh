@@ -44,27 +44,12 @@ reduce() {
     # knees: per distribution and arrival process, the smallest max_num_seqs within 5% of the
     # best throughput, and (Poisson) the one with the lowest mean E2E latency and the smallest
     # one whose p99 TTFT is within 2x of the lowest p99 TTFT
-    awk -F, '
-    NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
-    {
-        k = $ix["lengths"] SUBSEP $ix["arrivals"]; if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
-        n[k]++; m[k, n[k]] = $ix["max-num-seqs"]; tp[k, n[k]] = $ix["output_throughput"]
-        e2e[k, n[k]] = $ix["mean_e2el_ms"]; ttft[k, n[k]] = $ix["p99_ttft_ms"]; tpot[k, n[k]] = $ix["median_tpot_ms"]
-        if ($ix["output_throughput"] > best[k]) best[k] = $ix["output_throughput"]
-        if (!(k in lo_e2e) || $ix["mean_e2el_ms"] < lo_e2e[k]) { lo_e2e[k] = $ix["mean_e2el_ms"]; arg_e2e[k] = $ix["max-num-seqs"] }
-        if (!(k in lo_ttft) || $ix["p99_ttft_ms"] < lo_ttft[k]) lo_ttft[k] = $ix["p99_ttft_ms"]
-    }
-    END {
-        print "lengths,arrivals,best_output_throughput,seqs_at_95pct_throughput,seqs_lowest_mean_e2el,lowest_mean_e2el_ms,seqs_p99_ttft_within_2x,lowest_p99_ttft_ms"
-        for (j = 1; j <= nk; j++) {
-            k = order[j]; split(k, kk, SUBSEP); s95 = ""; s2x = ""
-            for (i = 1; i <= n[k]; i++) {
-                if (s95 == "" && tp[k, i] >= 0.95 * best[k]) s95 = m[k, i]
-                if (s2x == "" && ttft[k, i] <= 2 * lo_ttft[k]) s2x = m[k, i]
-            }
-            printf "%s,%s,%.6g,%s,%s,%.6g,%s,%.6g\n", kk[1], kk[2], best[k], s95, arg_e2e[k], lo_e2e[k], s2x, lo_ttft[k]
-        }
-    }' "$RES/results.csv" > "$RES/knees.csv"
+    "$BIN" reduce best "$RES/results.csv" max-num-seqs --by lengths,arrivals \
+        'best_output_throughput=max(output_throughput)' \
+        'seqs_at_95pct_throughput=first(output_throughput>=0.95*max)' \
+        'seqs_lowest_mean_e2el=at_min(mean_e2el_ms)' 'lowest_mean_e2el_ms=min(mean_e2el_ms)' \
+        'seqs_p99_ttft_within_2x=first(p99_ttft_ms<=2*min)' 'lowest_p99_ttft_ms=min(p99_ttft_ms)' \
+        > "$RES/knees.csv"
 }
 
 plot() {

@@ -57,8 +57,9 @@ reduce() {
 
 plot() {
     local cdf_rate
-    cdf_rate=$(awk -F, -v ts=$CDF_SCALE 'NR == 1 { for (i = 1; i <= NF; i++) ix[$i] = i; next }
-        $ix["time-scale"] == ts { printf "%.1f", $ix["rate"]; exit }' "$RES/results.csv")
+    # the request rate of the CDFs' time scale (every system's row has the same), to 0.1 req/s
+    cdf_rate=$("$BIN" reduce select --where "time-scale=$CDF_SCALE" --keep rate "$RES/results.csv" | sed -n 2p)
+    cdf_rate=$(printf '%.1f' "$cdf_rate")
     gp vs_x -e 'logy="p99_ttft_ms p99_e2el_ms"' -e 'facet="priority"' \
         "$RES/per_class.csv" "$FIG/priority_per_class" \
         "Azure chat trace, 20% class 0 (important): latency per class (Llama-2-7B, H200)" rate \

@@ -55,15 +55,18 @@ lengths_args() {
 run() {
     # ShareGPT rows that fit Llama-2's context
     [ -f "$RAW/sharegpt_4096.csv" ] ||
-        awk -F, 'NR == 1 || $1 + $2 <= 4096' traces/samples/sharegpt_lengths_5k.csv > "$RAW/sharegpt_4096.csv"
+        "$BIN" reduce select --where 'num_total_tokens<=4096' traces/samples/sharegpt_lengths_5k.csv \
+            --out "$RAW/sharegpt_4096.csv"
     local setting lengths util rates scales
     while IFS=: read -r setting lengths util rates; do
         # shellcheck disable=SC2046
         gen_trace "$RAW/${lengths}_poisson.csv" --num-requests $N --rate 1 $(lengths_args "$lengths") --seed 1
         # shellcheck disable=SC2046
         gen_trace "$RAW/${lengths}_inf.csv" --num-requests $N_CAP --rate inf $(lengths_args "$lengths") --seed 1
+        # the time scales of the rates, 1/rate: "5, 3.33333, 2.5, ..."
         # shellcheck disable=SC2086 # rates is "first step last"
-        scales=$(seq $rates | awk '{ printf "%s%.6g", (NR > 1 ? ", " : ""), 1 / $1 }')
+        scales=$({ echo rate; seq $rates; } | "$BIN" reduce select 'scale={1/rate}' --keep scale /dev/stdin |
+                 tail -n +2 | paste -sd, - | sed 's/,/, /g')
         sweep "${setting}_paged" --keep-requests --quiet <<EOF
 trace = $RAW/${lengths}_poisson.csv
 $MODEL
@@ -117,7 +120,8 @@ reduce() {
         done
         "$BIN" reduce select "$SYSTEM" "setting=$setting" \
             --keep setting,system,request_throughput,output_throughput,mean_batch_size,num_preemptions,mean_kv_usage \
-            "$RAW/${setting}_capacity/results.csv" | awk -v first=$first_cap '!seen[$0]++ && (first || NR > 1)' \
+            --distinct "$RAW/${setting}_capacity/results.csv" > "$RAW/capacity_rows.csv"
+        if [ $first_cap = 1 ]; then cat "$RAW/capacity_rows.csv"; else tail -n +2 "$RAW/capacity_rows.csv"; fi \
             >> "$RES/capacity.csv"
         first_cap=0
     done <<<"$SETTINGS"

@@ -8,6 +8,13 @@
 #   cdf_is_a_cdf                        F rises to 1, the extremes are kept, weights count
 #   select_derives_and_filters          {a/b}, {cond?x:y}, --where with | and &, quoted values
 #   cross_finds_knees                   interpolated crossing, "<" and ">" per group
+#   arithmetic_sums_and_products        + and " - " after * and /, 1e+02 a number, x-y a name
+#   quantile_reads_the_cdf              weighted and unweighted levels, not interpolated
+#   pivot_makes_rows_wide               a row per key, a column per value, empty cells
+#   best_finds_saturation_knees         max/min, at_max/at_min, first within a factor
+#   blocks_picks_series_by_label        order of the arguments, --strip, rows kept
+#   trace_gives_the_rate                requests / span of a tandem and an Azure trace
+#   select_distinct_drops_repeats       a row equal to an earlier one is left out
 #   bad_input_is_an_error               exit 2 and a message naming the column, file or folder
 #   figure_scripts_write_png_and_svg    vs_x.gp, cdf.gp, timeseries.gp
 #   plot_draws_runs_and_sweeps          tandem plot on two runs and on a sweep
@@ -85,6 +92,54 @@ got=$("$BIN" reduce cross "$TMP/k.csv" rate lat --at 0.2,0.55,1 --by sys | tr '\
 want="sys,knee_rate_at_0.2,knee_rate_at_0.55,knee_rate_at_1 a,1.5,2.42,>3 b,<1,1.5,>2 "
 [ "$got" = "$want" ] || fail cross_finds_knees "got '$got', want '$want'"
 
+# arithmetic_sums_and_products
+printf 'time-scale,x-y,a\n0.5,3,2\n' > "$TMP/ar.csv"
+got=$("$BIN" reduce select 'p={a+x-y*2}' 'm={x-y - a/4}' 'r={x-y/time-scale}' 'e={1e+02*a}' --keep p,m,r,e "$TMP/ar.csv" | tail -n 1)
+[ "$got" = "8,2.5,6,200" ] || fail arithmetic_sums_and_products "got '$got', want '8,2.5,6,200'"
+
+# quantile_reads_the_cdf: weights 1,3,1 on 1,2,5 put F at 0.2, 0.8, 1; 1,1,3,4 at 0.5, 0.75, 1
+printf 'x,w\n5,1\n1,1\n2,3\n' > "$TMP/qw.csv"
+got=$("$BIN" reduce quantile --weight w --at 50,80,81,100 x a "$TMP/qw.csv" | tr '\n' ' ')
+[ "$got" = "series,p50_x,p80_x,p81_x,max_x a,2,2,5,5 " ] ||
+    fail quantile_reads_the_cdf "weighted: got '$got', want 'series,p50_x,p80_x,p81_x,max_x a,2,2,5,5 '"
+printf 'x\n3\n1\n4\n1\n' > "$TMP/qu.csv"
+got=$("$BIN" reduce quantile --at 50,60,100 x a "$TMP/qu.csv" b "$TMP/qw.csv" | tail -n +2 | tr '\n' ' ')
+[ "$got" = "a,1,3,4 b,2,2,5 " ] || fail quantile_reads_the_cdf "unweighted: got '$got', want 'a,1,3,4 b,2,2,5 '"
+
+# pivot_makes_rows_wide (k.csv from cross_finds_knees)
+got=$("$BIN" reduce pivot "$TMP/k.csv" sys rate lat | tr '\n' ' ')
+[ "$got" = "sys,1,2,3 a,0.1,0.3,0.9 b,0.5,0.6, " ] || fail pivot_makes_rows_wide "got '$got', want 'sys,1,2,3 a,0.1,0.3,0.9 b,0.5,0.6, '"
+got=$(printf 'g,n,v\nlong,1,10\nshort,2,20\n' | "$BIN" reduce pivot /dev/stdin - g n v | tr '\n' ' ')
+[ "$got" = "long_n,long_v,short_n,short_v 1,10,2,20 " ] ||
+    fail pivot_makes_rows_wide "one row: got '$got', want 'long_n,long_v,short_n,short_v 1,10,2,20 '"
+
+# best_finds_saturation_knees
+printf 'sys,n,tp,lat\na,1,10,5\na,2,19,3\na,4,20,3\na,8,20,9\nb,1,7,\nb,2,8,4\n' > "$TMP/b.csv"
+got=$("$BIN" reduce best "$TMP/b.csv" n --by sys 'best=max(tp)' 'n95=first(tp>=0.95*max)' 'lo=at_min(lat)' \
+      'hi=at_max(tp)' 'w2=first(lat<=2*min)' 'min=min(lat)' | tr '\n' ' ')
+want="sys,best,n95,lo,hi,w2,min a,20,2,2,4,1,3 b,8,2,2,2,2,4 "
+[ "$got" = "$want" ] || fail best_finds_saturation_knees "got '$got', want '$want'"
+
+# blocks_picks_series_by_label
+printf '# c1\n"L: one" "F"\n1 0.5\n2 1\n\n\n# c2\n"L: two" "F"\n3 1\n\n\n# c3\n"M: one" "F"\n4 1\n' > "$TMP/blk.dat"
+got=$("$BIN" reduce blocks "$TMP/blk.dat" --strip "L: " two one)
+want=$(printf '# c2\n"two" "F"\n3 1\n\n\n# c1\n"one" "F"\n1 0.5\n2 1')
+[ "$got" = "$want" ] || fail blocks_picks_series_by_label "got '$got', want '$want'"
+
+# trace_gives_the_rate: 3 requests over 4 s; 4 over 10 s on the Azure clock
+printf 'arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n4,10,5\n' > "$TMP/tr.csv"
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.5,10,5\n2023-11-16 18:15:52,10,5\n2023-11-16 18:15:55,10,5\n2023-11-16 18:16:00.5,10,5\n' > "$TMP/az.csv"
+got=$("$BIN" reduce trace "$TMP/tr.csv" "$TMP/az.csv" | cut -d, -f2- | tr '\n' ' ')
+want="format,requests,span_s,mean_rate_per_s tandem,3,4,0.75 azure,4,10,0.4 "
+[ "$got" = "$want" ] || fail trace_gives_the_rate "got '$got', want '$want'"
+
+# select_distinct_drops_repeats
+printf 'a,b\n1,x\n2,x\n1,x\n' > "$TMP/d.csv"
+got=$("$BIN" reduce select --distinct "$TMP/d.csv" | tr '\n' ' ')
+[ "$got" = "a,b 1,x 2,x " ] || fail select_distinct_drops_repeats "got '$got', want 'a,b 1,x 2,x '"
+got=$("$BIN" reduce select --distinct --keep b "$TMP/d.csv" | tr '\n' ' ')
+[ "$got" = "b x " ] || fail select_distinct_drops_repeats "--keep b: got '$got', want 'b x '"
+
 # bad_input_is_an_error: exit 2 and the message names what is wrong
 expect_error() { # NAME WORD COMMAND...: exit 2 and WORD in the message
     local name=$1 word=$2; shift 2
@@ -100,6 +155,11 @@ expect_error "a non-number in arithmetic" '"vllm" is not a number' "$BIN" reduce
 expect_error "a typo in a branch no row takes" typo "$BIN" reduce select 'a={p=none?{typo}:{p}}' "$TMP/q.csv"
 expect_error "a where on a missing column" nocol "$BIN" reduce select --where 'nocol=1' "$TMP/q.csv"
 expect_error "cross without targets" "--at" "$BIN" reduce cross "$TMP/q.csv" x t
+expect_error "quantile without levels" "--at" "$BIN" reduce quantile x a "$TMP/qw.csv"
+expect_error "pivot: two rows for one cell" "second row" "$BIN" reduce pivot "$TMP/d.csv" - b a
+expect_error "best: an unknown function" "median" "$BIN" reduce best "$TMP/b.csv" n 'm=median(tp)'
+expect_error "blocks: a label no block has" '"L: three"' "$BIN" reduce blocks "$TMP/blk.dat" --strip "L: " three
+expect_error "trace: not a trace" "q.csv" "$BIN" reduce trace "$TMP/q.csv"
 expect_error "cdf without a file" "no file" "$BIN" reduce cdf x a "$TMP/w.csv" b
 expect_error "a missing file" nothere.csv "$BIN" reduce cdf x a "$TMP/nothere.csv"
 printf 'a,b\n1,2\n3\n' > "$TMP/short.csv"
