@@ -88,24 +88,35 @@ static int run_at(search_options *o, const serving_setup *su, double rate, probe
     return 0;
 }
 
+/* js (consumed) into path, complete or absent. 0, or -1 with e naming path. */
+static int write_json(json_t *js, const char *path, terr *e)
+{
+    out_atomic out;
+    if (out_atomic_open(&out, path, "wb", e)) return json_decref(js), -1;
+    int dumped = json_dumpf(js, out.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    json_decref(js);
+    return out_atomic_close(&out, dumped == 0, e);
+}
+
 static int write_outputs(const char *dir, const search_options *o, probe *ps, int n, double answer, const char *slo,
                          terr *e)
 {
     if (mkdir_p(dir)) return terr_set(e, "--out %s: cannot create it: %s", dir, strerror(errno));
     qsort(ps, (size_t)n, sizeof *ps, cmp_rate);
     char path[4300];
+    out_atomic out; /* each file complete or absent (core/util.h) */
     snprintf(path, sizeof path, "%s/search.csv", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f) return terr_set(e, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "request_rate,attainment,meets_target,completed,num_rejected,request_throughput,request_goodput,"
-               "median_ttft_ms,p99_ttft_ms,median_tpot_ms,p99_tpot_ms,p99_e2el_ms\n");
+    if (out_atomic_open(&out, path, "wb", e)) return -1;
+    fprintf(out.f, "request_rate,attainment,meets_target,completed,num_rejected,request_throughput,request_goodput,"
+                   "median_ttft_ms,p99_ttft_ms,median_tpot_ms,p99_tpot_ms,p99_e2el_ms\n");
     for (int i = 0; i < n; i++) {
         const metrics_summary *s = &ps[i].s;
-        fprintf(f, "%.9g,%.6f,%d,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n", ps[i].rate, ps[i].attainment,
-                ps[i].attainment >= o->target, (long long)s->completed, (long long)s->num_rejected, s->request_throughput,
-                s->request_goodput, s->ttft.median, s->ttft.p99, s->tpot.median, s->tpot.p99, s->e2el.p99);
+        fprintf(out.f, "%.9g,%.6f,%d,%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n", ps[i].rate, ps[i].attainment,
+                ps[i].attainment >= o->target, (long long)s->completed, (long long)s->num_rejected,
+                s->request_throughput, s->request_goodput, s->ttft.median, s->ttft.p99, s->tpot.median, s->tpot.p99,
+                s->e2el.p99);
     }
-    if (fclose(f)) return terr_set(e, "%s: write failed", path);
+    if (out_atomic_close(&out, true, e)) return -1;
 
     json_t *js = json_object();
     json_object_set_new(js, "capacity_request_rate", json_real(answer));
@@ -116,13 +127,11 @@ static int write_outputs(const char *dir, const search_options *o, probe *ps, in
     json_object_set_new(js, "config", opts_to_json(serving_option_specs(), &o->serving));
     json_object_set_new(js, "tandem", provenance_json());
     snprintf(path, sizeof path, "%s/search.json", dir);
-    int rc = json_dump_file(js, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-    json_decref(js);
-    if (rc) return terr_set(e, "%s: cannot write", path);
+    if (write_json(js, path, e)) return -1;
 
     snprintf(path, sizeof path, "%s/search.gp", dir);
-    if (!(f = fopen(path, "wb"))) return terr_set(e, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f,
+    if (out_atomic_open(&out, path, "wb", e)) return -1;
+    fprintf(out.f,
             "# tandem search: SLO attainment against request rate (gnuplot search.gp, in this folder)\n"
             "set terminal pngcairo size 800,500 font ',11'\n"
             "set output 'search.png'\n"
@@ -137,8 +146,7 @@ static int write_outputs(const char *dir, const search_options *o, probe *ps, in
             "plot 'search.csv' skip 1 using 1:($2*100) with linespoints pt 7 lw 2 title 'probed rates', \\\n"
             "     %.6f with lines dashtype 3 lc rgb '#cc0000' title 'target'\n",
             answer, 100 * o->target, slo, answer, answer, 100 * o->target);
-    if (fclose(f)) return terr_set(e, "%s: write failed", path);
-    return 0;
+    return out_atomic_close(&out, true, e);
 }
 
 /* gnuplot search.gp in dir, when gnuplot is installed; quietly nothing otherwise. */
