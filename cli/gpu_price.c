@@ -17,7 +17,7 @@
 
 #include "sim/gpu.h"
 
-#define RUNPOD "Runpod Serverless active-worker price (docs.runpod.io/serverless/pricing, Dec 2026)"
+#define RUNPOD "Runpod Serverless active-worker prices, docs.runpod.io/serverless/pricing, Dec 2026"
 
 static const struct {
     const char *gpu;
@@ -86,5 +86,5 @@ void gpu_price_list(FILE *f)
 {
     for (size_t i = 0; i < ARRAY_LEN(defaults); i++)
         fprintf(f, "  %-10s $%.3f per GPU-hour\n", defaults[i].gpu, defaults[i].usd_per_hour);
-    fprintf(f, "  (%s; --gpu-cost GPU=USD overrides)\n", RUNPOD);
+    fprintf(f, "  (%s; --gpu-cost GPU=USD overrides them)\n", RUNPOD);
 }
