@@ -712,6 +712,11 @@ int search_main(int argc, char **argv)
                      "search finds the rate)");
         goto fail;
     }
+    /* options that cannot change this search's result, named once as sim names its own */
+    if (!o.serving.quiet && !o.prune && o.cost_rate == 0)
+        fprintf(stderr, "tandem search: warning: --no-prune: only a cost search (--request-rate) prunes\n");
+    if (!o.serving.quiet && o.gpu_cost && *o.gpu_cost && !spec_arg)
+        fprintf(stderr, "tandem search: warning: --gpu-cost: only a SPEC's points are priced\n");
     if (spec_arg) {
         sweep_spec spec = {0};
         if (sweep_spec_load(&spec, spec_arg, &e)) goto fail;

@@ -383,6 +383,18 @@ START_TEST(cost_search_without_an_answer_says_so)
 }
 END_TEST
 
+START_TEST(search_names_the_cost_flags_that_cannot_change_its_result)
+{
+    cli_result r = run_cli("search", "--trace", LENGTHS, "--max-requests", "100", "--model", "llama-3-8b", "--goodput",
+                           "ttft:500", "--no-prune", "--gpu-cost", "h200=3", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s", r.exit_code, r.err);
+    ck_assert_msg(strstr(r.err, "warning: --no-prune: only a cost search (--request-rate) prunes") &&
+                      strstr(r.err, "warning: --gpu-cost: only a SPEC's points are priced"),
+                  "a capacity search of one configuration took --no-prune and --gpu-cost silently:\n%s", r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("search");
@@ -394,6 +406,7 @@ int main(void)
     tcase_add_test(tc, cost_search_answer_is_the_fewest_replicas_that_meet_the_slo);
     tcase_add_test(tc, cost_search_follows_the_prices_and_breaks_ties_by_headroom_then_spec_order);
     tcase_add_test(tc, cost_search_without_an_answer_says_so);
+    tcase_add_test(tc, search_names_the_cost_flags_that_cannot_change_its_result);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
