@@ -2,9 +2,9 @@
  * gpu_price.c: the default price of a GPU-hour for each GPU that sim/gpu.c knows.
  *
  * Source: Runpod's Serverless price list, "active" workers (always-on, billed whether busy or
- * not, which is what a serving deployment sized for a fixed load pays), per second, as
- * https://docs.runpod.io/serverless/pricing listed it when this table was written (December
- * 2026): H200 $0.00124/s, H100 $0.00093/s, A100 80 GB $0.00060/s. One provider's list keeps the
+ * not, which is what a serving deployment sized for a fixed load pays), per second, as a copy of
+ * https://docs.runpod.io/serverless/pricing read when this table was written (December 2026)
+ * listed it: H200 $0.00124/s, H100 $0.00093/s, A100 80 GB $0.00060/s. One provider's list keeps the
  * ratios between GPUs meaningful (H200 / H100 1.33, H100 / A100 1.55); the level is not: the
  * same GPU rents for a fraction of this on the spot market and for more from the large clouds.
  * Pass --gpu-cost to price your own.
