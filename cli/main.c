@@ -25,7 +25,7 @@ static const command commands[] = {
     {NULL, "run", run_main, "serve a trace on the real engine with the same loop and policy, in real time"},
     {NULL, "compare", compare_main, "how close a simulated run is to a measured one: metrics, errors, step re-prediction"},
     {NULL, "sweep", sweep_main, "run sim over the cross product of options (parallel, resumable, MPI)"},
-    {NULL, "search", search_main, "capacity search: the highest request rate that meets a goodput SLO (bisection over sim)"},
+    {NULL, "search", search_main, "the highest request rate, or the cheapest configuration, that meets a goodput SLO (over sim)"},
     {"trace", "gen", trace_gen_main, "write a synthetic trace (tandem CSV): Poisson/Gamma arrivals"},
     {"trace", "stats", trace_stats_main, "summarise a trace: rates, burstiness, lengths, KV capacity, suggested budgets"},
     {NULL, "profile", profile_main, "measure the engine's step times over a grid of shapes (a profile for sim)"},

@@ -54,8 +54,8 @@ goodput = "ttft:2000 tpot:100"
 tensor-parallel-size = 2, 4, 8
 num-replicas = 1, 2, 3, 4, 6, 8
 EOF
-    "$PLOTS/csv_select.sh" -a 'split="TP " c["tensor-parallel-size"]' "$RAW/fewest_gpus/results.csv" \
-        > "$RES/fewest_gpus.csv"
+    "$BIN" reduce select 'split=TP {tensor-parallel-size}' "$RAW/fewest_gpus/results.csv" \
+        --out "$RES/fewest_gpus.csv"
 }
 
 plot() {
