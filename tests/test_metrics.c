@@ -248,10 +248,19 @@ START_TEST(kernel_time_columns_and_summary)
     /* steps of 1, 1, 2 and 4 ms, busy 0.9, 0.8, 1.0 and 4.0 ms: fractions 0.9, 0.8, 0.5, 1 */
     const int64_t dur_us[] = {1000, 1000, 2000, 4000}, busy_us[] = {900, 800, 1000, 4000},
                   kern_ns[] = {950000, 850000, 1200000, 4100123};
-    for (int i = 0; i < 4; i++)
+    /* the kernel times come later than their steps, as the kernel trace settles them: the
+     * first two after the third step, the rest at the end; rows stay in step order */
+    step_kernel_time k[4];
+    for (int i = 0; i < 4; i++) {
         metrics_step(m, &(step_stats){.step = i, .start_ns = i * 4 * MS, .duration_ns = dur_us[i] * 1000,
-                                      .block_size = 16, .kernel_ns = kern_ns[i], .kernel_busy_ns = busy_us[i] * 1000});
+                                      .block_size = 16});
+        k[i] = (step_kernel_time){kern_ns[i], busy_us[i] * 1000};
+        if (i == 2) metrics_step_kernels(m, k, 2);
+    }
     metrics_summary s;
+    ck_assert_msg(metrics_finish(m, NULL, &s, &e) != 0 && strstr(e.msg, "2 steps never got their kernel time"),
+                  "finished with steps waiting for their kernel time: %s", e.msg);
+    metrics_step_kernels(m, k + 2, 2);
     ck_assert(metrics_finish(m, NULL, &s, &e) == 0);
     metrics_free(m);
     const double tol = 1e-9;
@@ -266,6 +275,9 @@ START_TEST(kernel_time_columns_and_summary)
     char *csv = slurp(path, NULL);
     ck_assert_msg(strstr(csv, ",host_us,sched_us,kernel_us,kernel_busy\n"), "steps.csv header:\n%s", csv);
     ck_assert_msg(strstr(csv, ",4100.12,1.0000\n") && strstr(csv, ",1200.00,0.5000\n"), "steps.csv rows:\n%s", csv);
+    const char *r0 = strstr(csv, "\n0,"), *r1 = strstr(csv, "\n1,"), *r2 = strstr(csv, "\n2,"), *r3 = strstr(csv, "\n3,");
+    ck_assert_msg(r0 && r0 < r1 && r1 < r2 && r2 < r3 && strstr(r0, ",950.00,0.9000\n") < r1,
+                  "steps.csv rows out of order or mismatched:\n%s", csv);
     free(csv);
     json_t *j = load_json(dir, "summary.json");
     json_t *kb = json_object_get(j, "kernel_busy"), *ku = json_object_get(j, "kernel_us");
