@@ -31,7 +31,7 @@ typedef struct engine_exec {
     ktrace_meter *meter;
     step_kernel_time *settled; /* (cap_settled) */
     size_t cap_settled;
-    int64_t trace_ns, traces, settle_ns, steps_settled;
+    int64_t trace_ns, traces, settle_ns, steps_settled, settled_at_end;
 } engine_exec;
 
 static int by_order(const void *a, const void *b)
@@ -106,15 +106,13 @@ static int end_kernel_window(engine_exec *x, step_result *out, int64_t *spent_ns
     return 0;
 }
 
-/* Before the step's first enqueue: opens its window. Returns the host time it took. */
-static int64_t begin_kernel_window(engine_exec *x)
+/* Before the step's first enqueue: opens its window. */
+static void begin_kernel_window(engine_exec *x)
 {
-    if (!x->meter) return 0;
+    if (!x->meter) return;
     int64_t t0 = clock_mono_ns();
     ktrace_meter_begin(x->meter);
-    int64_t spent = clock_mono_ns() - t0;
-    x->trace_ns += spent;
-    return spent;
+    x->trace_ns += clock_mono_ns() - t0;
 }
 
 static int exec_step(void *self, const batch *b, step_result *out, terr *e)
@@ -221,12 +219,14 @@ static int exec_settle(void *self, const step_kernel_time **out, int32_t *n, ter
     if (k < 0) return -1;
     *out = x->settled, *n = (int32_t)k;
     x->settle_ns += clock_mono_ns() - t0;
+    x->settled_at_end += k;
     return 0;
 }
 
 /* config.executor: the backend, its warm-up (graph capture, first launches), and the kernel
  * trace: whether it ran, its mean cost a step (host time, in every step's duration and
- * host_us), the final settle's (after the last step, in no step), and the kernel records in no
+ * host_us), the final settle's (after the last step, in no step) and how many steps waited for
+ * it (the others settled during the run, as CUPTI handed records over), and the records in no
  * step's figures (lost and outside_steps 0: kernel_us and kernel_busy are exact; warmup: the
  * warm-up's and graph captures' kernels, before the first step). */
 static json_t *exec_report(void *self)
@@ -239,6 +239,7 @@ static json_t *exec_report(void *self)
         json_object_set_new(o, "kernel_trace_us_per_step",
                             json_real(x->traces ? (double)x->trace_ns / 1e3 / (double)x->traces : 0));
         json_object_set_new(o, "kernel_trace_settle_ms", json_real((double)x->settle_ns / 1e6));
+        json_object_set_new(o, "kernel_trace_steps_settled_at_end", json_integer(x->settled_at_end));
         json_object_set_new(o, "kernel_records_lost", json_integer(c.lost));
         json_object_set_new(o, "kernel_records_outside_steps", json_integer(c.outside));
         json_object_set_new(o, "kernel_records_warmup", json_integer(c.warmup));

@@ -66,7 +66,7 @@ size_t ktrace_attribute(const ktrace_window *win, size_t nw, int64_t first_step,
 
 void ktrace_ledger_init(ktrace_ledger *l)
 {
-    *l = (ktrace_ledger){.first_begin = UINT64_MAX};
+    *l = (ktrace_ledger){.first_begin = UINT64_MAX, .sorted = true};
     l->cap_win = 1024, l->cap_spans = 1 << 16, l->cap_out = 1024;
     l->win = xmalloc(sizeof *l->win * l->cap_win);
     l->spans = xmalloc(sizeof *l->spans * l->cap_spans);
@@ -79,56 +79,77 @@ void ktrace_ledger_free(ktrace_ledger *l)
     *l = (ktrace_ledger){0};
 }
 
+/* Room for n more items at the end of a[head, len): moves them to the front when that makes
+ * room (settled items are let go from the front), else grows the array. */
+static void make_room(void **a, size_t size, size_t *head, size_t *len, size_t *cap, size_t n)
+{
+    if (*len + n <= *cap) return;
+    if (*head) {
+        memmove(*a, (char *)*a + *head * size, (*len - *head) * size);
+        *len -= *head, *head = 0;
+    }
+    if (*len + n > *cap) {
+        while (*len + n > *cap) *cap *= 2;
+        *a = xrealloc(*a, *cap * size);
+    }
+}
+
 void ktrace_ledger_window(ktrace_ledger *l, ktrace_window w)
 {
-    if (l->n_win == l->cap_win) l->win = xrealloc(l->win, sizeof *l->win * (l->cap_win *= 2));
+    make_room((void **)&l->win, sizeof *l->win, &l->win_head, &l->n_win, &l->cap_win, 1);
     if (l->first_begin == UINT64_MAX) l->first_begin = w.begin_ns;
     l->win[l->n_win++] = w;
 }
 
 void ktrace_ledger_spans(ktrace_ledger *l, const ktrace_span *spans, size_t n)
 {
-    if (l->n_spans + n > l->cap_spans) {
-        while (l->n_spans + n > l->cap_spans) l->cap_spans *= 2;
-        l->spans = xrealloc(l->spans, sizeof *l->spans * l->cap_spans);
+    if (n == 0) return;
+    make_room((void **)&l->spans, sizeof *l->spans, &l->span_head, &l->n_spans, &l->cap_spans, n);
+    uint64_t last = l->n_spans > l->span_head ? l->spans[l->n_spans - 1].start_ns : 0;
+    for (size_t i = 0; i < n; i++) {
+        l->sorted &= spans[i].start_ns >= last;
+        last = spans[i].start_ns;
+        if (last > l->latest_start) l->latest_start = last;
     }
     memcpy(l->spans + l->n_spans, spans, sizeof *spans * n);
     l->n_spans += n;
-    for (size_t i = 0; i < n; i++)
-        if (spans[i].start_ns > l->latest_start) l->latest_start = spans[i].start_ns;
 }
 
-size_t ktrace_ledger_settle(ktrace_ledger *l, bool all, size_t lag, const ktrace_step **out)
+size_t ktrace_ledger_settle(ktrace_ledger *l, bool all, size_t lag, size_t max, const ktrace_step **out)
 {
     *out = l->out;
+    const ktrace_window *win = l->win + l->win_head;
+    size_t n_win = l->n_win - l->win_head;
     /* windows [0, nf) are final: all, or a record began in window k + lag or later */
     size_t nf = 0;
-    if (all) nf = l->n_win;
+    if (all) nf = n_win;
     else
-        while (nf + lag < l->n_win && l->win[nf + lag].begin_ns <= l->latest_start) nf++;
+        while (nf + lag < n_win && (max == 0 || nf < max) && win[nf + lag].begin_ns <= l->latest_start) nf++;
     if (nf == 0 && !(all && l->first_begin != UINT64_MAX)) return 0;
-    ktrace_sort_spans(l->spans, l->n_spans);
+    ktrace_span *spans = l->spans + l->span_head;
+    size_t n = l->n_spans - l->span_head;
+    if (!l->sorted) ktrace_sort_spans(spans, n), l->sorted = true;
     /* records before the first step, then those of settled steps or between them */
     size_t i = 0;
-    for (; i < l->n_spans && l->spans[i].start_ns < l->first_begin; i++) l->counts.warmup++;
-    for (; i < l->n_spans && l->spans[i].start_ns <= l->settled_end; i++) l->counts.outside++;
+    for (; i < n && spans[i].start_ns < l->first_begin; i++) l->counts.warmup++;
+    for (; i < n && spans[i].start_ns <= l->settled_end; i++) l->counts.outside++;
     /* then the records of windows [0, nf): up to the last one's end (all: every one left) */
     size_t j = i;
-    if (all) j = l->n_spans;
+    if (all) j = n;
     else
-        while (j < l->n_spans && l->spans[j].start_ns <= l->win[nf - 1].end_ns) j++;
+        while (j < n && spans[j].start_ns <= win[nf - 1].end_ns) j++;
     if (nf > l->cap_out) {
         while (nf > l->cap_out) l->cap_out *= 2;
         l->out = xrealloc(l->out, sizeof *l->out * l->cap_out);
         *out = l->out;
     }
-    l->counts.outside += (int64_t)ktrace_attribute(l->win, nf, l->first_step, l->spans + i, j - i, l->out);
-    memmove(l->spans, l->spans + j, sizeof *l->spans * (l->n_spans - j));
-    l->n_spans -= j;
+    l->counts.outside += (int64_t)ktrace_attribute(win, nf, l->first_step, spans + i, j - i, l->out);
+    l->span_head += j;
+    if (l->span_head == l->n_spans) l->span_head = l->n_spans = 0;
     if (nf) {
-        l->settled_end = l->win[nf - 1].end_ns;
-        memmove(l->win, l->win + nf, sizeof *l->win * (l->n_win - nf));
-        l->n_win -= nf;
+        l->settled_end = win[nf - 1].end_ns;
+        l->win_head += nf;
+        if (l->win_head == l->n_win) l->win_head = l->n_win = 0;
         l->first_step += (int64_t)nf;
     }
     return nf;
@@ -277,6 +298,9 @@ ktrace_losses ktrace_take_losses(void)
 /* Steps settle once records of a step this many windows later have arrived (kernel_trace.h,
  * ktrace_ledger): CUPTI's in-order buffers need 1; the rest is a margin. */
 #define KTRACE_SETTLE_LAG 8
+/* At most this many steps settle after one step (a buffer handed over holds tens of steps'
+ * records): a few hundred records each, some microseconds, and the backlog still shrinks. */
+#define KTRACE_SETTLE_MAX 4
 
 struct ktrace_meter {
     /* filled on whichever thread hands a buffer over, emptied by settle */
@@ -364,7 +388,7 @@ int ktrace_meter_settle(ktrace_meter *m, bool all, const ktrace_step **out, size
     m->lost += m->untimed, m->untimed = 0;
     mtx_unlock(&m->lock);
     ktrace_ledger_spans(&m->ledger, m->taken, n_in);
-    *n = ktrace_ledger_settle(&m->ledger, all, KTRACE_SETTLE_LAG, out);
+    *n = ktrace_ledger_settle(&m->ledger, all, KTRACE_SETTLE_LAG, KTRACE_SETTLE_MAX, out);
     return 0;
 }
 

@@ -108,12 +108,12 @@ START_TEST(late_records_land_in_their_step)
      * last-first: none is settled before all is asked, with a lag of 8 windows */
     ktrace_span a[] = {kernel_of(1, 0), kernel_of(1, 1), kernel_of(3, 0)};
     ktrace_ledger_spans(&l, a, 3);
-    ck_assert_int_eq(ktrace_ledger_settle(&l, false, 8, &out), 0);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, 8, 0, &out), 0);
     ktrace_span b[] = {kernel_of(0, 2), kernel_of(0, 3)};
     ktrace_ledger_spans(&l, b, 2);
     ktrace_span c[] = {kernel_of(2, 4), kernel_of(0, 1), kernel_of(0, 0)};
     ktrace_ledger_spans(&l, c, 3);
-    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 8, &out), 4);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 8, 0, &out), 4);
     expect_step(&out[0], 0, 4, 80, 50);
     expect_step(&out[1], 1, 2, 40, 30);
     expect_step(&out[2], 2, 1, 20, 20);
@@ -136,19 +136,21 @@ START_TEST(steps_settle_once_records_of_a_later_step_arrived)
         ktrace_span s[] = {kernel_of(k, 0), kernel_of(k, 1)};
         ktrace_ledger_spans(&l, s, 2);
     }
-    /* records up to step 5: steps 0-3 are final, 4 and 5 wait */
-    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, &out), 4);
-    for (int k = 0; k < 4; k++) expect_step(&out[k], k, 2, 40, 30);
-    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, &out), 0);
+    /* records up to step 5: steps 0-3 are final, 4 and 5 wait; at most 3 a call */
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, 3, &out), 3);
+    for (int k = 0; k < 3; k++) expect_step(&out[k], k, 2, 40, 30);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, 3, &out), 1);
+    expect_step(&out[0], 3, 2, 40, 30);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, 0, &out), 0);
     /* a record of step 4 arrives late: it still counts there */
     ktrace_span late = kernel_of(4, 2);
     ktrace_ledger_spans(&l, &late, 1);
     ktrace_ledger_window(&l, window_of(6));
-    ck_assert_int_eq(ktrace_ledger_settle(&l, true, LAG, &out), 3);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, LAG, 0, &out), 3);
     expect_step(&out[0], 4, 3, 60, 40);
     expect_step(&out[1], 5, 2, 40, 30);
     expect_step(&out[2], 6, 0, 0, 0);
-    ck_assert(l.counts.outside == 0 && l.n_win == 0 && l.n_spans == 0);
+    ck_assert(l.counts.outside == 0 && l.n_win == l.win_head && l.n_spans == l.span_head);
     ktrace_ledger_free(&l);
 }
 END_TEST
@@ -163,11 +165,11 @@ START_TEST(records_outside_every_window_are_counted_not_added)
     const ktrace_step *out;
     ktrace_span warm[] = {{5, 10}, {20, 40}, {60, 70}};
     ktrace_ledger_spans(&l, warm, 3); /* before any step: kept until one comes */
-    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, &out), 0);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, 0, &out), 0);
     for (int64_t k = 0; k < 3; k++) ktrace_ledger_window(&l, window_of(k));
     ktrace_span s[] = {kernel_of(0, 0), {950, 960} /* between steps 0 and 1 */, kernel_of(2, 0)};
     ktrace_ledger_spans(&l, s, 3);
-    ck_assert_int_eq(ktrace_ledger_settle(&l, false, 1, &out), 2);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, 1, 0, &out), 2);
     expect_step(&out[0], 0, 1, 20, 20);
     expect_step(&out[1], 1, 0, 0, 0);
     ck_assert_msg(l.counts.warmup == 3 && l.counts.outside == 1, "warm-up %lld, outside %lld",
@@ -175,13 +177,13 @@ START_TEST(records_outside_every_window_are_counted_not_added)
     /* step 1's record after step 1 was settled: outside, not added anywhere */
     ktrace_span late = kernel_of(1, 0);
     ktrace_ledger_spans(&l, &late, 1);
-    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, &out), 1);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, 0, &out), 1);
     expect_step(&out[0], 2, 1, 20, 20);
     ck_assert_int_eq(l.counts.outside, 2);
     /* after the last step, with nothing left to settle, a stray record is outside too */
     ktrace_span stray = {5000, 5010};
     ktrace_ledger_spans(&l, &stray, 1);
-    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, &out), 0);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, 0, &out), 0);
     ck_assert_int_eq(l.counts.outside, 3);
     ck_assert_int_eq(l.counts.warmup, 3);
     ktrace_ledger_free(&l);
@@ -189,7 +191,8 @@ START_TEST(records_outside_every_window_are_counted_not_added)
 END_TEST
 
 /* Many steps, records delivered in buffers that split steps at random places, settled without
- * forcing as they come and forced at the end: the figures equal each step's own. */
+ * forcing (a few steps at a time) as they come and forced at the end: the figures equal each
+ * step's own. */
 START_TEST(settling_as_buffers_come_matches_each_steps_own_figures)
 {
     ktrace_ledger l;
@@ -210,7 +213,7 @@ START_TEST(settling_as_buffers_come_matches_each_steps_own_figures)
             sent += m;
         }
         const ktrace_step *out;
-        size_t got = ktrace_ledger_settle(&l, false, LAG, &out);
+        size_t got = ktrace_ledger_settle(&l, false, LAG, 2, &out); /* as the meter: a few a step */
         for (size_t j = 0; j < got; j++, next++) {
             int kk = 1 + (int)(next % PER);
             expect_step(&out[j], next, kk, 20 * kk, 10 * kk + 10);
@@ -218,7 +221,7 @@ START_TEST(settling_as_buffers_come_matches_each_steps_own_figures)
     }
     ktrace_ledger_spans(&l, all + sent, n - sent); /* the forced flush */
     const ktrace_step *out;
-    size_t got = ktrace_ledger_settle(&l, true, LAG, &out);
+    size_t got = ktrace_ledger_settle(&l, true, LAG, 0, &out);
     for (size_t j = 0; j < got; j++, next++) {
         int kk = 1 + (int)(next % PER);
         expect_step(&out[j], next, kk, 20 * kk, 10 * kk + 10);
