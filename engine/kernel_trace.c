@@ -12,13 +12,25 @@ static int cmp_start(const void *a, const void *b)
     return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
 }
 
+/* Insertion sort while the records are nearly in order (one stream's kernels mostly arrive in
+ * start order, a few swapped: linear), qsort once they turn out not to be. */
 void ktrace_sort_spans(ktrace_span *spans, size_t n)
 {
-    for (size_t i = 1; i < n; i++) /* one stream's kernels mostly arrive in start order */
-        if (spans[i].start_ns < spans[i - 1].start_ns) {
-            qsort(spans, n, sizeof *spans, cmp_start);
-            return;
+    size_t moves = 0, budget = 8 * n + 64;
+    for (size_t i = 1; i < n; i++) {
+        if (spans[i].start_ns >= spans[i - 1].start_ns) continue;
+        ktrace_span x = spans[i];
+        size_t j = i;
+        for (; j > 0 && spans[j - 1].start_ns > x.start_ns; j--) {
+            spans[j] = spans[j - 1];
+            if (++moves > budget) {
+                spans[j - 1] = x; /* a permutation again (x's slot was shifted into) */
+                qsort(spans, n, sizeof *spans, cmp_start);
+                return;
+            }
         }
+        spans[j] = x;
+    }
 }
 
 /* Sum and union of sorted spans. */

@@ -44,6 +44,21 @@ START_TEST(spans_out_of_start_order_are_sorted_first)
     ktrace_span s[] = {{125, 130}, {100, 110}, {108, 120}};
     expect(s, 3, 27, 25);
     ck_assert(s[0].start_ns == 100 && s[1].start_ns == 108 && s[2].start_ns == 125);
+    /* nearly in order (pairs swapped) and far from it (reversed): both end sorted, none lost */
+    enum { N = 2000 };
+    static ktrace_span near[N], far[N];
+    for (int i = 0; i < N; i++) {
+        near[i] = (ktrace_span){(uint64_t)(10 * (i ^ 1)), (uint64_t)(10 * (i ^ 1) + 5)};
+        far[i] = (ktrace_span){(uint64_t)(10 * (N - 1 - i)), (uint64_t)(10 * (N - 1 - i) + 5)};
+    }
+    ktrace_span *cases[] = {near, far};
+    for (int c = 0; c < 2; c++) {
+        ktrace_sort_spans(cases[c], N);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(cases[c][i].start_ns == (uint64_t)(10 * i) && cases[c][i].end_ns == (uint64_t)(10 * i + 5),
+                          "%s: span %d starts at %llu", c ? "reversed" : "pairs swapped", i,
+                          (unsigned long long)cases[c][i].start_ns);
+    }
 }
 END_TEST
 
