@@ -140,7 +140,8 @@ void metrics_preempted(metrics *m, int64_t step, int64_t t_ns, const batch *b);
 /* The step ended; writes its row (with write_kernel_time: holds it until its kernel time). */
 void metrics_step(metrics *m, const step_stats *s);
 /* The kernel time (core/executor.h) of the oldest n steps that wait for theirs, in order: their
- * rows are completed and written. n may not exceed the steps waiting. */
+ * rows are completed and written. n may not exceed the steps waiting. Ignored without
+ * write_kernel_time. */
 void metrics_step_kernels(metrics *m, const step_kernel_time *k, size_t n);
 void metrics_add_bad_rows(metrics *m, int64_t n);
 /* Computes the summary, writes summary.json (with `config` under "config" when not NULL; the
