@@ -16,6 +16,12 @@
 #include "batch.h"
 #include "util.h"
 
+/* One step's GPU kernels, from the GPU's own timestamps: their durations summed, and the time at
+ * least one ran (their union: kernels that overlap count once). */
+typedef struct step_kernel_time {
+    int64_t kernel_ns, busy_ns;
+} step_kernel_time;
+
 typedef struct step_result {
     int64_t duration_ns;    /* wall (or predicted) time of the whole step, swaps included */
     const int32_t *sampled; /* (batch->num_items) token sampled by each emitting item, or NULL
@@ -24,10 +30,13 @@ typedef struct step_result {
      * step serially with the device (building the step's arrays, enqueueing, reading back
      * tokens). The serving loop adds its own scheduling time to it in steps.csv. */
     int64_t host_ns;
-    /* For an executor that times the GPU's kernels (measures_kernels): their durations summed,
-     * and the time at least one ran (their union: kernels that overlap count once), both from
-     * the GPU's own timestamps. */
-    int64_t kernel_ns, kernel_busy_ns;
+    /* For an executor that times the GPU's kernels (measures_kernels): the kernel time of the
+     * oldest steps not yet reported (this one or earlier ones), in order, that became known
+     * during this call (num_kernel_times may be 0); the array is the executor's, valid until
+     * its next call. A step's kernel time comes after the step, once the GPU's records of it
+     * have arrived; the rest come from settle. */
+    const step_kernel_time *kernel_times;
+    int32_t num_kernel_times;
 } step_result;
 
 typedef struct executor_ops {
@@ -38,6 +47,10 @@ typedef struct executor_ops {
     bool (*measures_kernels)(void *self);
     /* Runs b; fills out. Returns 0, or -1 with e set (a real engine can fail). */
     int (*execute)(void *self, const batch *b, step_result *out, terr *e);
+    /* At the end of a run (measures_kernels): the kernel time of every step not yet reported,
+     * in order, as in step_result (*out valid until the next call). Returns 0, or -1 with e
+     * set. May be NULL when measures_kernels is. */
+    int (*settle)(void *self, const step_kernel_time **out, int32_t *n, terr *e);
     /* Called when a request leaves the system (finished, rejected), so an engine can drop
      * per-request state. May be NULL. */
     void (*release)(void *self, const request *r);

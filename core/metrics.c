@@ -7,6 +7,7 @@
  */
 #include "metrics.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -96,6 +97,13 @@ static void ob_ms(obuf *o, double ns) { ob_fixed(o, ns_to_us(ns), 3); }
 
 /* ---- the metrics object ---- */
 
+/* A step whose row waits for its kernel time (write_kernel_time). */
+typedef struct held_step {
+    size_t text_end;     /* its row so far: held_text from the previous one's end to here */
+    int64_t duration_ns;
+    int32_t replica;
+} held_step;
+
 /* One replica's running sums (clusters only). */
 typedef struct replica_acc {
     replica_summary s;
@@ -115,6 +123,13 @@ struct metrics {
     qhist kernel_us;                 /* per step, on a 0.1 us grid (write_kernel_time) */
     qhist kernel_busy;               /* per step, a fraction on a 1e-4 grid (write_kernel_time) */
     double kernel_busy_ns, kernel_step_ns; /* summed over steps (write_kernel_time) */
+    /* Steps waiting for their kernel time, oldest first: [held_head, n_held). The kernel trace
+     * settles steps some steps late (engine/kernel_trace.h), so their rows wait here. */
+    held_step *held;                       /* (cap_held) */
+    size_t held_head, n_held, cap_held;
+    char *held_text;                       /* (cap_text) the rows before their kernel columns */
+    size_t held_text_start, held_text_len, cap_text;
+    obuf *row;                             /* one row, formatted before it joins held_text */
     int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
     size_t n_step_itl, cap_step_itl;
     metrics_summary s;
@@ -180,6 +195,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
                      opt->write_host_time ? ",host_us,sched_us" : "",
                      opt->write_kernel_time ? ",kernel_us,kernel_busy" : "", replica_col);
             m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
+            if (opt->write_kernel_time) m->row = xcalloc(1, sizeof *m->row); /* f NULL: never flushed */
             if (!m->step_out || preempt_log_open(&m->preempts, opt->out_dir, e)) goto fail;
         }
         if (opt->write_tokens) {
@@ -317,53 +333,9 @@ void metrics_preempted(metrics *m, int64_t step, int64_t t_ns, const batch *b)
     preempt_log_step(&m->preempts, step, t_ns, b);
 }
 
-void metrics_step(metrics *m, const step_stats *st)
+/* Writes st's row up to its kernel columns (the host columns included). */
+static void write_row_head(const metrics *m, obuf *o, const step_stats *st)
 {
-    /* the step's gaps, run-length encoded: most decoding requests share one gap */
-    if (m->n_step_itl) {
-        qsort(m->step_itl, m->n_step_itl, sizeof *m->step_itl, cmp_i64);
-        for (size_t i = 0, j; i < m->n_step_itl; i = j) {
-            for (j = i; j < m->n_step_itl && m->step_itl[j] == m->step_itl[i]; j++) {
-            }
-            qhist_add(&m->itl, (double)m->step_itl[i] / 1e6, j - i);
-        }
-        m->n_step_itl = 0;
-    }
-    if (st->batch) preempt_log_step(&m->preempts, st->step, st->start_ns, st->batch);
-    metrics_summary *s = &m->s;
-    s->num_steps++;
-    m->busy_ns += (double)st->duration_ns;
-    m->batch_size_sum += st->batch_size;
-    s->total_flops += st->flops;
-    s->total_bytes += st->bytes;
-    double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
-    if (usage > s->peak_kv_usage) s->peak_kv_usage = usage;
-    m->kv_usage_time_sum += usage * (double)st->duration_ns;
-    double slots = (double)st->kv_blocks_total * st->block_size;
-    double tusage = slots > 0 ? (double)st->kv_tokens / slots : 0;
-    if (tusage > s->peak_kv_token_usage) s->peak_kv_token_usage = tusage;
-    m->kv_token_usage_time_sum += tusage * (double)st->duration_ns;
-    if (m->reps) {
-        replica_acc *ra = &m->reps[st->replica];
-        ra->s.steps++;
-        ra->busy_ns += (double)st->duration_ns;
-        ra->kv_usage_time_sum += usage * (double)st->duration_ns;
-        if (usage > ra->s.peak_kv_usage) ra->s.peak_kv_usage = usage;
-    }
-    if (m->opt.write_host_time) {
-        qhist_add(&m->host_us, (double)st->host_ns / 1e3, 1);
-        qhist_add(&m->sched_us, (double)st->sched_ns / 1e3, 1);
-    }
-    double busy = st->duration_ns > 0 ? (double)st->kernel_busy_ns / (double)st->duration_ns : 0;
-    if (m->opt.write_kernel_time) {
-        qhist_add(&m->kernel_us, (double)st->kernel_ns / 1e3, 1);
-        qhist_add(&m->kernel_busy, busy, 1);
-        m->kernel_busy_ns += (double)st->kernel_busy_ns;
-        m->kernel_step_ns += (double)st->duration_ns;
-    }
-
-    obuf *o = m->step_out;
-    if (!o) return;
     ob_i64(o, st->step);
     ob_char(o, ',');
     ob_seconds(o, st->start_ns);
@@ -412,17 +384,114 @@ void metrics_step(metrics *m, const step_stats *st)
         ob_char(o, ',');
         ob_fixed(o, (st->sched_ns + 5) / 10, 2);
     }
-    if (m->opt.write_kernel_time) {
-        ob_char(o, ',');
-        ob_fixed(o, (st->kernel_ns + 5) / 10, 2); /* us */
-        ob_char(o, ',');
-        ob_fixed(o, llround(busy * 1e4), 4);
+}
+
+void metrics_step(metrics *m, const step_stats *st)
+{
+    /* the step's gaps, run-length encoded: most decoding requests share one gap */
+    if (m->n_step_itl) {
+        qsort(m->step_itl, m->n_step_itl, sizeof *m->step_itl, cmp_i64);
+        for (size_t i = 0, j; i < m->n_step_itl; i = j) {
+            for (j = i; j < m->n_step_itl && m->step_itl[j] == m->step_itl[i]; j++) {
+            }
+            qhist_add(&m->itl, (double)m->step_itl[i] / 1e6, j - i);
+        }
+        m->n_step_itl = 0;
     }
+    if (st->batch) preempt_log_step(&m->preempts, st->step, st->start_ns, st->batch);
+    metrics_summary *s = &m->s;
+    s->num_steps++;
+    m->busy_ns += (double)st->duration_ns;
+    m->batch_size_sum += st->batch_size;
+    s->total_flops += st->flops;
+    s->total_bytes += st->bytes;
+    double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+    if (usage > s->peak_kv_usage) s->peak_kv_usage = usage;
+    m->kv_usage_time_sum += usage * (double)st->duration_ns;
+    double slots = (double)st->kv_blocks_total * st->block_size;
+    double tusage = slots > 0 ? (double)st->kv_tokens / slots : 0;
+    if (tusage > s->peak_kv_token_usage) s->peak_kv_token_usage = tusage;
+    m->kv_token_usage_time_sum += tusage * (double)st->duration_ns;
+    if (m->reps) {
+        replica_acc *ra = &m->reps[st->replica];
+        ra->s.steps++;
+        ra->busy_ns += (double)st->duration_ns;
+        ra->kv_usage_time_sum += usage * (double)st->duration_ns;
+        if (usage > ra->s.peak_kv_usage) ra->s.peak_kv_usage = usage;
+    }
+    if (m->opt.write_host_time) {
+        qhist_add(&m->host_us, (double)st->host_ns / 1e3, 1);
+        qhist_add(&m->sched_us, (double)st->sched_ns / 1e3, 1);
+    }
+    if (m->opt.write_kernel_time) { /* the row waits for the kernel columns */
+        if (m->n_held == m->cap_held) {
+            if (m->held_head > m->cap_held / 2) { /* compact: move what waits to the front */
+                size_t off = m->held_text_start;
+                for (size_t i = m->held_head; i < m->n_held; i++) m->held[i].text_end -= off;
+                memmove(m->held, m->held + m->held_head, sizeof *m->held * (m->n_held - m->held_head));
+                memmove(m->held_text, m->held_text + off, m->held_text_len - off);
+                m->n_held -= m->held_head, m->held_head = 0;
+                m->held_text_len -= off, m->held_text_start = 0;
+            } else {
+                grow_array((void **)&m->held, sizeof *m->held, &m->cap_held, m->n_held + 1);
+            }
+        }
+        if (m->step_out) {
+            m->row->n = 0;
+            write_row_head(m, m->row, st);
+            grow_array((void **)&m->held_text, 1, &m->cap_text, m->held_text_len + m->row->n);
+            memcpy(m->held_text + m->held_text_len, m->row->buf, m->row->n);
+            m->held_text_len += m->row->n;
+        }
+        m->held[m->n_held++] = (held_step){m->held_text_len, st->duration_ns, st->replica};
+        return;
+    }
+    obuf *o = m->step_out;
+    if (!o) return;
+    write_row_head(m, o, st);
     if (m->reps) {
         ob_char(o, ',');
         ob_i64(o, st->replica);
     }
     ob_char(o, '\n');
+}
+
+void metrics_step_kernels(metrics *m, const step_kernel_time *k, size_t n)
+{
+    if (!m->opt.write_kernel_time) return; /* kernel times nobody asked to write */
+    assert(n <= m->n_held - m->held_head);
+    for (size_t i = 0; i < n; i++) {
+        const held_step *h = &m->held[m->held_head++];
+        double busy = h->duration_ns > 0 ? (double)k[i].busy_ns / (double)h->duration_ns : 0;
+        qhist_add(&m->kernel_us, (double)k[i].kernel_ns / 1e3, 1);
+        qhist_add(&m->kernel_busy, busy, 1);
+        m->kernel_busy_ns += (double)k[i].busy_ns;
+        m->kernel_step_ns += (double)h->duration_ns;
+        obuf *o = m->step_out;
+        if (o) {
+            const char *row = m->held_text + m->held_text_start;
+            size_t len = h->text_end - m->held_text_start;
+            ob_reserve(o, len);
+            if (len > sizeof o->buf) { /* cannot happen: a row is far shorter than the buffer */
+                ob_flush(o);
+                fwrite(row, 1, len, o->f);
+            } else {
+                memcpy(o->buf + o->n, row, len);
+                o->n += len;
+            }
+            m->held_text_start = h->text_end;
+            ob_char(o, ',');
+            ob_fixed(o, (k[i].kernel_ns + 5) / 10, 2); /* us */
+            ob_char(o, ',');
+            ob_fixed(o, llround(busy * 1e4), 4);
+            if (m->reps) {
+                ob_char(o, ',');
+                ob_i64(o, h->replica);
+            }
+            ob_char(o, '\n');
+        }
+    }
+    if (m->held_head == m->n_held) m->held_head = m->n_held = 0, m->held_text_start = m->held_text_len = 0;
 }
 
 void metrics_add_bad_rows(metrics *m, int64_t n) { m->s.num_bad_rows += n; }
@@ -522,6 +591,11 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
 
 int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
 {
+    if (m->n_held > m->held_head) {
+        json_decref(config);
+        return terr_set(e, "steps.csv: %zu steps never got their kernel time (the executor did not settle them)",
+                        m->n_held - m->held_head);
+    }
     metrics_summary *s = &m->s;
     s->duration_s = s->num_requests ? (double)(m->last_end_ns - m->first_arrival_ns) / 1e9 : 0;
     double d = s->duration_s;
@@ -645,6 +719,7 @@ void metrics_free(metrics *m)
     qhist_free(&m->e2el);
     qhist_free(&m->queue);
     free(m->step_itl);
+    free(m->held), free(m->held_text), free(m->row);
     free(m);
 }
 

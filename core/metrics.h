@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include "batch.h"
+#include "executor.h"
 #include "preempt_log.h"
 #include "request.h"
 #include "util.h"
@@ -38,7 +39,8 @@ typedef struct metrics_options {
     bool write_steps;       /* steps.csv (on by default in the CLI) */
     bool write_host_time;   /* steps.csv gains host_us and sched_us (an executor that measures) */
     bool write_kernel_time; /* steps.csv gains kernel_us and kernel_busy (an executor that times
-                               the GPU's kernels: the CUDA engine with its kernel trace on) */
+                               the GPU's kernels: the CUDA engine with its kernel trace on); they
+                               come later than the steps (metrics_step_kernels) */
     bool write_tokens;      /* tokens.csv: each finished request's generated token ids, when the
                                executor produced real tokens (the engine) */
     double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
@@ -68,7 +70,6 @@ typedef struct step_stats {
     step_shape shape;        /* what the step computed (core/batch.h) */
     double flops, bytes;     /* its useful work (core/work.h); 0 when the model is not known */
     int64_t host_ns, sched_ns; /* measured host time (core/executor.h), when write_host_time */
-    int64_t kernel_ns, kernel_busy_ns; /* the GPU's kernels (core/executor.h), when write_kernel_time */
     const batch *batch;      /* the step's items and preempted requests, for preemptions.csv
                                 (NULL: not logged) */
 } step_stats;
@@ -136,8 +137,12 @@ void metrics_itl(metrics *m, int64_t gap_ns);
 /* A scheduling pass that only preempted (no step ran): its events go to preemptions.csv, as the
  * next step's. */
 void metrics_preempted(metrics *m, int64_t step, int64_t t_ns, const batch *b);
-/* The step ended; writes its row. */
+/* The step ended; writes its row (with write_kernel_time: holds it until its kernel time). */
 void metrics_step(metrics *m, const step_stats *s);
+/* The kernel time (core/executor.h) of the oldest n steps that wait for theirs, in order: their
+ * rows are completed and written. n may not exceed the steps waiting. Ignored without
+ * write_kernel_time. */
+void metrics_step_kernels(metrics *m, const step_kernel_time *k, size_t n);
 void metrics_add_bad_rows(metrics *m, int64_t n);
 /* Computes the summary, writes summary.json (with `config` under "config" when not NULL; the
  * reference is stolen), flushes and closes the CSVs. */

@@ -288,8 +288,6 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         .shape = batch_shape(b),
         .host_ns = sched_ns + out->host_ns,
         .sched_ns = sched_ns,
-        .kernel_ns = out->kernel_ns,
-        .kernel_busy_ns = out->kernel_busy_ns,
         .batch = b,
     };
     if (cfg->model) {
@@ -389,6 +387,8 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         clock->advance(clock, out.duration_ns);
         L->now_ns = clock->now(clock);
         apply_step(R, &out, start, sched_ns);
+        /* kernel times come later than their steps: those of earlier steps (this one's, maybe) */
+        if (L->m && out.num_kernel_times) metrics_step_kernels(L->m, out.kernel_times, (size_t)out.num_kernel_times);
         rc = max_steps_reached(L, e);
     }
     return rc;
@@ -472,6 +472,7 @@ static int schedule_replica(loop_state *L, replica *R, rep_heap *busy, bool arri
         R->out = (step_result){0};
         if (L->ex.ops->execute(L->ex.self, b, &R->out, e)) return -1;
         assert(R->out.duration_ns > 0);
+        assert(R->out.num_kernel_times == 0); /* a timed engine is one replica: run_single */
         R->start_ns = L->now_ns;
         R->end_ns = L->now_ns + R->out.duration_ns;
         heap_push(busy, R);
@@ -648,6 +649,14 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
         rc = run_cluster(&L, src, clock, cfg->router, rt, e);
         if (rt) cfg->router->destroy(rt);
         gsl_rng_free(router_rng);
+    }
+
+    /* the kernel time of the steps still waiting for it, before the metrics are finished */
+    if (rc == 0 && m && ex.ops->settle && ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self)) {
+        const step_kernel_time *k;
+        int32_t n = 0;
+        rc = ex.ops->settle(ex.self, &k, &n, e);
+        if (rc == 0 && n) metrics_step_kernels(m, k, (size_t)n);
     }
 
     if (res) {

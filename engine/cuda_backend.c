@@ -809,9 +809,7 @@ static int cuda_warmup(void *self, terr *e)
     }
     free(rows);
     if (rc) return rc;
-    CU_TRY(cudaStreamSynchronize(m->stream));
-    ktrace_step dropped; /* the warm-up's kernels are no step's */
-    if (m->ktrace && ktrace_meter_take(m->ktrace, &dropped, e)) return ENGINE_ERR_DEVICE;
+    CU_TRY(cudaStreamSynchronize(m->stream)); /* the warm-up's kernels are in no step's window */
     return 0;
 }
 
@@ -850,12 +848,7 @@ static int cuda_sync(void *self, terr *e)
     return 0;
 }
 
-/* A forced CUPTI flush: every kernel of the synced stream has its record by then. */
-static int cuda_kernel_time(void *self, ktrace_step *out, terr *e)
-{
-    cuda_model *m = self;
-    return ktrace_meter_take(m->ktrace, out, e) ? ENGINE_ERR_DEVICE : 0;
-}
+static ktrace_meter *cuda_kernel_meter(void *self) { return ((cuda_model *)self)->ktrace; }
 
 const engine_backend_ops cuda_backend_ops = {
     .name = "cuda",
@@ -866,7 +859,7 @@ const engine_backend_ops cuda_backend_ops = {
     .swap = cuda_swap,
     .sync = cuda_sync,
     .warmup = cuda_warmup,
-    .kernel_time = cuda_kernel_time,
+    .kernel_meter = cuda_kernel_meter,
     .destroy = cuda_destroy,
 };
 

@@ -72,7 +72,7 @@ int cuda_lib_blas_status(terr *e, const cuda_blas *blas, cublasStatus_t st, cons
 #define CUDA_CUPTI_FUNCS(X)                                                                       \
     X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable) X(cuptiActivityDisable)              \
     X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords)   \
-    X(cuptiGetResultString)
+    X(cuptiGetResultString) X(cuptiGetTimestamp)
 
 typedef struct cuda_cupti {
     CUDA_CUPTI_FUNCS(CUDA_LIBS_FIELD)

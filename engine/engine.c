@@ -60,7 +60,7 @@ int engine_open(engine *eng, const engine_opts *o, terr *e)
         r->max_model_len < 0 || r->num_host_blocks < 0)
         return terr_set(e, "engine: block_size, max_tokens and max_seqs must be positive");
     if (r->max_model_len == 0) r->max_model_len = eng->mc.max_position_embeddings;
-    if (!eng->ops->kernel_time) r->kernel_trace = false; /* no kernels to time (cpu) */
+    if (!eng->ops->kernel_meter) r->kernel_trace = false; /* no kernels to time (cpu) */
     eng->max_blocks_per_seq = (int32_t)div_ceil_i64(r->max_model_len, r->block_size);
     if (r->num_blocks == 0) {
         int64_t nb = (int64_t)r->max_seqs * eng->max_blocks_per_seq;
@@ -182,10 +182,9 @@ int engine_logits(engine *eng, float *out, terr *e)
 
 int engine_sync(engine *eng, terr *e) { return eng->ops->sync(eng->self, e); }
 
-int engine_kernel_time(engine *eng, ktrace_step *out, terr *e)
+ktrace_meter *engine_kernel_meter(engine *eng)
 {
-    if (!eng->opts.kernel_trace) return terr_set(e, "engine: the kernel trace is off");
-    return eng->ops->kernel_time(eng->self, out, e);
+    return eng->opts.kernel_trace ? eng->ops->kernel_meter(eng->self) : NULL;
 }
 
 int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e)

@@ -82,7 +82,7 @@ typedef struct engine_opts {
     bool cpu_round_bf16;       /* cpu: round weights, KV and GEMM inputs to bf16 where the GPU
                                   does, so GPU and CPU logits agree to bf16 accumulation error */
     bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
-    bool kernel_trace;         /* cuda: time the GPU's kernels with CUPTI (engine_kernel_time);
+    bool kernel_trace;         /* cuda: time the GPU's kernels with CUPTI (engine_kernel_meter);
                                   other backends ignore it (opts as resolved: false) */
 } engine_opts;
 
@@ -108,9 +108,9 @@ typedef struct engine_backend_ops {
     /* Does at open what the first steps would otherwise pay for (graph captures, first kernel
      * loads), so that every step of a run is timed warm. May be NULL. */
     int (*warmup)(void *self, terr *e);
-    /* The kernels that ran since the last call (or since warm-up), once synced. NULL for a
-     * backend without kernels; called only when opened with kernel_trace. */
-    int (*kernel_time)(void *self, ktrace_step *out, terr *e);
+    /* The meter of the GPU's kernels (engine/kernel_trace.h), opened before the warm-up. NULL
+     * for a backend without kernels; called only when opened with kernel_trace. */
+    ktrace_meter *(*kernel_meter)(void *self);
     void (*destroy)(void *self);
 } engine_backend_ops;
 
@@ -139,9 +139,10 @@ int engine_logits(engine *eng, float *out, terr *e);
 int engine_sync(engine *eng, terr *e);
 /* Whether the engine times its kernels (opened with kernel_trace, on a backend that can). */
 static inline bool engine_traces_kernels(const engine *eng) { return eng->opts.kernel_trace; }
-/* After engine_sync: the GPU's kernels since the last call (or since open), from the GPU's own
- * timestamps (engine/kernel_trace.h). Only when engine_traces_kernels. */
-int engine_kernel_time(engine *eng, ktrace_step *out, terr *e);
+/* The meter that attributes the GPU's kernels, from their own timestamps, to the steps marked on
+ * it (engine/kernel_trace.h): the caller marks each step's begin (before its first enqueue) and
+ * end (after its sync) and settles. NULL unless engine_traces_kernels. */
+ktrace_meter *engine_kernel_meter(engine *eng);
 /* Swaps n blocks out (to_host) or in (see above). Ids must lie within num_blocks and
  * num_host_blocks, and no destination may appear twice. */
 int engine_swap(engine *eng, bool to_host, int32_t n, const int32_t *dev, const int32_t *host, terr *e);

@@ -54,3 +54,13 @@ else
 calib:
 	@echo "calib needs CUDA (nvcc)" >&2; exit 1
 endif
+
+# `make bench-ktrace` (also part of `make bench`): the kernel trace's bookkeeping per step, on
+# the CPU (tests/bench/bench_ktrace.c). A benchmark, not a test.
+.PHONY: bench-ktrace
+bench: bench-ktrace
+$(BUILD)/bench/bench_ktrace: $(BUILD)/rel/tests/bench/bench_ktrace.o $(REL_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-ktrace: $(BUILD)/bench/bench_ktrace
+	$(BUILD)/bench/bench_ktrace

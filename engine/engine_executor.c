@@ -3,6 +3,7 @@
 
 #include "core/clock.h"
 
+#include <assert.h>
 #include <gsl/gsl_rng.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,12 @@ typedef struct engine_exec {
     int32_t swap_cap;
     int32_t *swap_dev, *swap_host; /* (swap_cap) one run's ids */
     uint8_t *written;              /* (max(num_blocks, num_host_blocks)) destinations of the run */
-    /* the kernel trace (engine_traces_kernels): what it cost and missed, for config.executor */
-    bool trace;
-    int64_t trace_ns, traces, kernels_lost;
+    /* the kernel trace (engine_kernel_meter, NULL when off): the kernel times settled by the
+     * last call, and what the trace cost (host time: per step, and the final settle) */
+    ktrace_meter *meter;
+    step_kernel_time *settled; /* (cap_settled) */
+    size_t cap_settled;
+    int64_t trace_ns, traces, settle_ns, steps_settled, settled_at_end;
 } engine_exec;
 
 static int by_order(const void *a, const void *b)
@@ -68,20 +72,47 @@ static int do_swaps(engine_exec *x, const batch *b, terr *e)
     return 0;
 }
 
-/* After the step's sync: its kernels from the trace into out; *spent_ns the host time that took
- * (a CUPTI flush, serial with the GPU). */
-static int take_kernel_time(engine_exec *x, step_result *out, int64_t *spent_ns, terr *e)
+/* The steps the meter settled (all: every one, after a forced flush) into x->settled; returns
+ * how many, or -1 with e set. */
+static int64_t settle(engine_exec *x, bool all, terr *e)
+{
+    const ktrace_step *k;
+    size_t n;
+    if (ktrace_meter_settle(x->meter, all, &k, &n, e)) return -1;
+    grow_array((void **)&x->settled, sizeof *x->settled, &x->cap_settled, n);
+    for (size_t i = 0; i < n; i++) {
+        assert(k[i].step == x->steps_settled + (int64_t)i); /* one window per step, in order */
+        x->settled[i] = (step_kernel_time){k[i].kernel_ns, k[i].busy_ns};
+    }
+    x->steps_settled += (int64_t)n;
+    return (int64_t)n;
+}
+
+/* After the step's sync: closes its window on the kernel trace and hands up the kernel times
+ * that became known (earlier steps', settled without waiting). *spent_ns: the host time the
+ * trace took here, serial with the GPU. */
+static int end_kernel_window(engine_exec *x, step_result *out, int64_t *spent_ns, terr *e)
 {
     *spent_ns = 0;
-    if (!x->trace) return 0;
+    if (!x->meter) return 0;
     int64_t t0 = clock_mono_ns();
-    ktrace_step k;
-    if (engine_kernel_time(x->eng, &k, e)) return -1;
-    out->kernel_ns = k.kernel_ns;
-    out->kernel_busy_ns = k.busy_ns;
+    ktrace_meter_end(x->meter);
+    int64_t n = settle(x, false, e);
+    if (n < 0) return -1;
+    out->kernel_times = x->settled;
+    out->num_kernel_times = (int32_t)n;
     *spent_ns = clock_mono_ns() - t0;
-    x->trace_ns += *spent_ns, x->traces++, x->kernels_lost += k.lost;
+    x->trace_ns += *spent_ns, x->traces++;
     return 0;
+}
+
+/* Before the step's first enqueue: opens its window. */
+static void begin_kernel_window(engine_exec *x)
+{
+    if (!x->meter) return;
+    int64_t t0 = clock_mono_ns();
+    ktrace_meter_begin(x->meter);
+    x->trace_ns += clock_mono_ns() - t0;
 }
 
 static int exec_step(void *self, const batch *b, step_result *out, terr *e)
@@ -90,10 +121,11 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
     engine *eng = x->eng;
     const engine_opts *o = &eng->opts;
     int64_t t0 = clock_mono_ns();
+    begin_kernel_window(x); /* its cost is in the launch time below */
     if (do_swaps(x, b, e)) return -1;
     int64_t trace_ns;
     if (b->num_items == 0) { /* a pass that only swapped out */
-        if (engine_sync(eng, e) || take_kernel_time(x, out, &trace_ns, e)) return -1;
+        if (engine_sync(eng, e) || end_kernel_window(x, out, &trace_ns, e)) return -1;
         out->duration_ns = max_i64(clock_mono_ns() - t0, 1);
         out->host_ns = out->duration_ns;
         return 0;
@@ -164,35 +196,58 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
         eng_sampling sp = {.temperature = x->temp, .top_p = x->topp, .uniform = x->unif};
         if (engine_sample(eng, &sp, x->picked, e)) return -1;
     }
-    if (engine_sync(eng, e) || take_kernel_time(x, out, &trace_ns, e)) return -1;
+    if (engine_sync(eng, e) || end_kernel_window(x, out, &trace_ns, e)) return -1;
     for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
     int64_t t_end = clock_mono_ns();
     out->duration_ns = t_end - t0;
     if (out->duration_ns <= 0) out->duration_ns = 1;
     out->sampled = x->sampled;
     /* host work serial with the device: this step's preparation and launches (on the CPU
-     * backend the launch is the forward pass itself), and the kernel trace's flush */
+     * backend the launch is the forward pass itself), and the kernel trace's bookkeeping */
     out->host_ns = t_launched - t0 + trace_ns;
     return 0;
 }
 
+/* The end of a run: a forced flush, and the kernel time of every step not yet reported. */
+static int exec_settle(void *self, const step_kernel_time **out, int32_t *n, terr *e)
+{
+    engine_exec *x = self;
+    *out = x->settled, *n = 0;
+    if (!x->meter) return 0;
+    int64_t t0 = clock_mono_ns();
+    int64_t k = settle(x, true, e);
+    if (k < 0) return -1;
+    *out = x->settled, *n = (int32_t)k;
+    x->settle_ns += clock_mono_ns() - t0;
+    x->settled_at_end += k;
+    return 0;
+}
+
 /* config.executor: the backend, its warm-up (graph capture, first launches), and the kernel
- * trace: whether it ran, its mean cost a step (host time, in every step's duration and host_us)
- * and the kernel records it missed (0: kernel_us and kernel_busy are exact). */
+ * trace: whether it ran, its mean cost a step (host time, in every step's duration and
+ * host_us), the final settle's (after the last step, in no step) and how many steps waited for
+ * it (the others settled during the run, as CUPTI handed records over), and the records in no
+ * step's figures (lost and outside_steps 0: kernel_us and kernel_busy are exact; warmup: the
+ * warm-up's and graph captures' kernels, before the first step). */
 static json_t *exec_report(void *self)
 {
     engine_exec *x = self;
     json_t *o = json_pack("{s:s,s:f,s:b}", "backend", x->eng->ops->name, "warmup_s",
-                          (double)x->eng->warmup_ns / 1e9, "kernel_trace", x->trace);
-    if (x->trace) {
+                          (double)x->eng->warmup_ns / 1e9, "kernel_trace", x->meter != NULL);
+    if (x->meter) {
+        ktrace_counts c = ktrace_meter_counts(x->meter);
         json_object_set_new(o, "kernel_trace_us_per_step",
                             json_real(x->traces ? (double)x->trace_ns / 1e3 / (double)x->traces : 0));
-        json_object_set_new(o, "kernel_records_lost", json_integer(x->kernels_lost));
+        json_object_set_new(o, "kernel_trace_settle_ms", json_real((double)x->settle_ns / 1e6));
+        json_object_set_new(o, "kernel_trace_steps_settled_at_end", json_integer(x->settled_at_end));
+        json_object_set_new(o, "kernel_records_lost", json_integer(c.lost));
+        json_object_set_new(o, "kernel_records_outside_steps", json_integer(c.outside));
+        json_object_set_new(o, "kernel_records_warmup", json_integer(c.warmup));
     }
     return o;
 }
 
-static bool exec_measures_kernels(void *self) { return ((engine_exec *)self)->trace; }
+static bool exec_measures_kernels(void *self) { return ((engine_exec *)self)->meter != NULL; }
 
 static void exec_destroy(void *self)
 {
@@ -201,7 +256,7 @@ static void exec_destroy(void *self)
     free(x->token_ids), free(x->positions), free(x->slots), free(x->qsl), free(x->seq_lens);
     free(x->tables), free(x->logits_rows), free(x->temp), free(x->topp), free(x->unif);
     free(x->swaps), free(x->swap_dev), free(x->swap_host), free(x->written);
-    free(x->picked), free(x->sampled);
+    free(x->picked), free(x->sampled), free(x->settled);
     free(x);
 }
 
@@ -210,6 +265,7 @@ static const executor_ops engine_executor_ops = {
     .measures_host = true,
     .measures_kernels = exec_measures_kernels,
     .execute = exec_step,
+    .settle = exec_settle,
     .report = exec_report,
     .destroy = exec_destroy,
 };
@@ -222,7 +278,7 @@ int engine_executor_create(executor *ex, engine *eng, double temperature, double
     const engine_opts *o = &eng->opts;
     engine_exec *x = xcalloc(1, sizeof *x);
     x->eng = eng;
-    x->trace = engine_traces_kernels(eng);
+    x->meter = engine_kernel_meter(eng);
     x->temperature = (float)temperature;
     x->top_p = (float)top_p;
     if (temperature > 0) {

@@ -12,13 +12,30 @@ static int cmp_start(const void *a, const void *b)
     return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
 }
 
-int64_t ktrace_spans_measure(ktrace_span *spans, size_t n, int64_t *busy_ns)
+/* Insertion sort while the records are nearly in order (one stream's kernels mostly arrive in
+ * start order, a few swapped: linear), qsort once they turn out not to be. */
+void ktrace_sort_spans(ktrace_span *spans, size_t n)
 {
-    for (size_t i = 1; i < n; i++) /* one stream's kernels mostly arrive in start order */
-        if (spans[i].start_ns < spans[i - 1].start_ns) {
-            qsort(spans, n, sizeof *spans, cmp_start);
-            break;
+    size_t moves = 0, budget = 8 * n + 64;
+    for (size_t i = 1; i < n; i++) {
+        if (spans[i].start_ns >= spans[i - 1].start_ns) continue;
+        ktrace_span x = spans[i];
+        size_t j = i;
+        for (; j > 0 && spans[j - 1].start_ns > x.start_ns; j--) {
+            spans[j] = spans[j - 1];
+            if (++moves > budget) {
+                spans[j - 1] = x; /* a permutation again (x's slot was shifted into) */
+                qsort(spans, n, sizeof *spans, cmp_start);
+                return;
+            }
         }
+        spans[j] = x;
+    }
+}
+
+/* Sum and union of sorted spans. */
+static int64_t measure_sorted(const ktrace_span *spans, size_t n, int64_t *busy_ns)
+{
     int64_t sum = 0, busy = 0;
     uint64_t reach = 0; /* end of the union so far */
     for (size_t i = 0; i < n; i++) {
@@ -34,6 +51,120 @@ int64_t ktrace_spans_measure(ktrace_span *spans, size_t n, int64_t *busy_ns)
     }
     *busy_ns = busy;
     return sum;
+}
+
+int64_t ktrace_spans_measure(ktrace_span *spans, size_t n, int64_t *busy_ns)
+{
+    ktrace_sort_spans(spans, n);
+    return measure_sorted(spans, n, busy_ns);
+}
+
+size_t ktrace_attribute(const ktrace_window *win, size_t nw, int64_t first_step, const ktrace_span *spans,
+                        size_t n, ktrace_step *out)
+{
+    size_t outside = 0, i = 0;
+    for (size_t w = 0; w < nw; w++) {
+        for (; i < n && spans[i].start_ns < win[w].begin_ns; i++) outside++; /* before it, after the last */
+        size_t j = i;
+        while (j < n && spans[j].start_ns <= win[w].end_ns) j++;
+        out[w] = (ktrace_step){.step = first_step + (int64_t)w, .kernels = (int32_t)(j - i)};
+        out[w].kernel_ns = measure_sorted(spans + i, j - i, &out[w].busy_ns);
+        i = j;
+    }
+    return outside + (n - i);
+}
+
+/* ---- the ledger ---- */
+
+void ktrace_ledger_init(ktrace_ledger *l)
+{
+    *l = (ktrace_ledger){.first_begin = UINT64_MAX, .sorted = true};
+    l->cap_win = 1024, l->cap_spans = 1 << 16, l->cap_out = 1024;
+    l->win = xmalloc(sizeof *l->win * l->cap_win);
+    l->spans = xmalloc(sizeof *l->spans * l->cap_spans);
+    l->out = xmalloc(sizeof *l->out * l->cap_out);
+}
+
+void ktrace_ledger_free(ktrace_ledger *l)
+{
+    free(l->win), free(l->spans), free(l->out);
+    *l = (ktrace_ledger){0};
+}
+
+/* Room for n more items at the end of a[head, len): moves them to the front when that makes
+ * room (settled items are let go from the front), else grows the array. */
+static void make_room(void **a, size_t size, size_t *head, size_t *len, size_t *cap, size_t n)
+{
+    if (*len + n <= *cap) return;
+    if (*head) {
+        memmove(*a, (char *)*a + *head * size, (*len - *head) * size);
+        *len -= *head, *head = 0;
+    }
+    if (*len + n > *cap) {
+        while (*len + n > *cap) *cap *= 2;
+        *a = xrealloc(*a, *cap * size);
+    }
+}
+
+void ktrace_ledger_window(ktrace_ledger *l, ktrace_window w)
+{
+    make_room((void **)&l->win, sizeof *l->win, &l->win_head, &l->n_win, &l->cap_win, 1);
+    if (l->first_begin == UINT64_MAX) l->first_begin = w.begin_ns;
+    l->win[l->n_win++] = w;
+}
+
+void ktrace_ledger_spans(ktrace_ledger *l, const ktrace_span *spans, size_t n)
+{
+    if (n == 0) return;
+    make_room((void **)&l->spans, sizeof *l->spans, &l->span_head, &l->n_spans, &l->cap_spans, n);
+    uint64_t last = l->n_spans > l->span_head ? l->spans[l->n_spans - 1].start_ns : 0;
+    for (size_t i = 0; i < n; i++) {
+        l->sorted &= spans[i].start_ns >= last;
+        last = spans[i].start_ns;
+        if (last > l->latest_start) l->latest_start = last;
+    }
+    memcpy(l->spans + l->n_spans, spans, sizeof *spans * n);
+    l->n_spans += n;
+}
+
+size_t ktrace_ledger_settle(ktrace_ledger *l, bool all, size_t lag, size_t max, const ktrace_step **out)
+{
+    *out = l->out;
+    const ktrace_window *win = l->win + l->win_head;
+    size_t n_win = l->n_win - l->win_head;
+    /* windows [0, nf) are final: all, or a record began in window k + lag or later */
+    size_t nf = 0;
+    if (all) nf = n_win;
+    else
+        while (nf + lag < n_win && (max == 0 || nf < max) && win[nf + lag].begin_ns <= l->latest_start) nf++;
+    if (nf == 0 && !(all && l->first_begin != UINT64_MAX)) return 0;
+    ktrace_span *spans = l->spans + l->span_head;
+    size_t n = l->n_spans - l->span_head;
+    if (!l->sorted) ktrace_sort_spans(spans, n), l->sorted = true;
+    /* records before the first step, then those of settled steps or between them */
+    size_t i = 0;
+    for (; i < n && spans[i].start_ns < l->first_begin; i++) l->counts.warmup++;
+    for (; i < n && spans[i].start_ns <= l->settled_end; i++) l->counts.outside++;
+    /* then the records of windows [0, nf): up to the last one's end (all: every one left) */
+    size_t j = i;
+    if (all) j = n;
+    else
+        while (j < n && spans[j].start_ns <= win[nf - 1].end_ns) j++;
+    if (nf > l->cap_out) {
+        while (nf > l->cap_out) l->cap_out *= 2;
+        l->out = xrealloc(l->out, sizeof *l->out * l->cap_out);
+        *out = l->out;
+    }
+    l->counts.outside += (int64_t)ktrace_attribute(win, nf, l->first_step, spans + i, j - i, l->out);
+    l->span_head += j;
+    if (l->span_head == l->n_spans) l->span_head = l->n_spans = 0;
+    if (nf) {
+        l->settled_end = win[nf - 1].end_ns;
+        l->win_head += nf;
+        if (l->win_head == l->n_win) l->win_head = l->n_win = 0;
+        l->first_step += (int64_t)nf;
+    }
+    return nf;
 }
 
 #if TANDEM_HAVE_CUPTI
@@ -176,11 +307,25 @@ ktrace_losses ktrace_take_losses(void)
 
 /* ---- the step meter ---- */
 
+/* Steps settle once records of a step this many windows later have arrived (kernel_trace.h,
+ * ktrace_ledger): CUPTI's in-order buffers need 1; the rest is a margin. */
+#define KTRACE_SETTLE_LAG 8
+/* At most this many steps settle after one step (a buffer handed over holds tens of steps'
+ * records): a few hundred records each, some microseconds, and the backlog still shrinks. */
+#define KTRACE_SETTLE_MAX 4
+
 struct ktrace_meter {
-    mtx_t lock;         /* meter_record runs on whichever thread hands a buffer over */
-    ktrace_span *spans; /* (cap) kernels since the last take; grown by doubling, kept */
-    size_t n, cap;
+    /* filled on whichever thread hands a buffer over, emptied by settle */
+    mtx_t lock;
+    ktrace_span *inbox; /* (cap_in) records not yet in the ledger */
+    size_t n_in, cap_in;
     int64_t untimed;    /* records without a start or end */
+    /* the host's thread only */
+    ktrace_span *taken; /* (cap_taken) the inbox, swapped out by settle */
+    size_t cap_taken;
+    ktrace_ledger ledger;
+    uint64_t begin_ns;  /* the open step's, on CUPTI's clock */
+    int64_t lost;       /* untimed records and CUPTI's losses taken so far */
 };
 
 static void meter_record(void *ud, const CUpti_Activity *r)
@@ -192,11 +337,8 @@ static void meter_record(void *ud, const CUpti_Activity *r)
     if (k->start == 0 || k->end < k->start) {
         m->untimed++;
     } else {
-        if (m->n == m->cap) {
-            m->cap *= 2;
-            m->spans = xrealloc(m->spans, sizeof *m->spans * m->cap);
-        }
-        m->spans[m->n++] = (ktrace_span){k->start, k->end};
+        if (m->n_in == m->cap_in) m->inbox = xrealloc(m->inbox, sizeof *m->inbox * (m->cap_in *= 2));
+        m->inbox[m->n_in++] = (ktrace_span){k->start, k->end};
     }
     mtx_unlock(&m->lock);
 }
@@ -204,8 +346,10 @@ static void meter_record(void *ud, const CUpti_Activity *r)
 int ktrace_meter_open(ktrace_meter **out, terr *e)
 {
     ktrace_meter *m = xcalloc(1, sizeof *m);
-    m->cap = 4096; /* a prefill step of a 7B model launches a few hundred kernels */
-    m->spans = xmalloc(sizeof *m->spans * m->cap);
+    m->cap_in = m->cap_taken = 1 << 15; /* a prefill step of a 7B model launches a few hundred kernels */
+    m->inbox = xmalloc(sizeof *m->inbox * m->cap_in);
+    m->taken = xmalloc(sizeof *m->taken * m->cap_taken);
+    ktrace_ledger_init(&m->ledger);
     if (mtx_init(&m->lock, mtx_plain) != thrd_success) abort();
     if (ktrace_open(meter_record, m, e)) goto fail;
     if (ktrace_enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, e)) {
@@ -216,22 +360,55 @@ int ktrace_meter_open(ktrace_meter **out, terr *e)
     return 0;
 fail:
     mtx_destroy(&m->lock);
-    free(m->spans);
+    ktrace_ledger_free(&m->ledger);
+    free(m->inbox), free(m->taken);
     free(m);
     return -1;
 }
 
-int ktrace_meter_take(ktrace_meter *m, ktrace_step *out, terr *e)
+/* cuptiGetTimestamp cannot fail once CUPTI is loaded (its one error is a NULL argument). */
+static uint64_t cupti_now(void)
 {
-    if (ktrace_flush(e)) return -1;
-    ktrace_losses l = ktrace_take_losses();
-    mtx_lock(&m->lock);
-    out->kernel_ns = ktrace_spans_measure(m->spans, m->n, &out->busy_ns);
-    out->kernels = (int32_t)m->n;
-    out->lost = m->untimed + (int64_t)(l.dropped + l.bad_buffers);
-    m->n = 0, m->untimed = 0;
+    uint64_t t = 0;
+    kt.api->cuptiGetTimestamp(&t);
+    return t;
+}
+
+void ktrace_meter_begin(ktrace_meter *m) { m->begin_ns = cupti_now(); }
+
+void ktrace_meter_end(ktrace_meter *m)
+{
+    ktrace_ledger_window(&m->ledger, (ktrace_window){m->begin_ns, cupti_now()});
+}
+
+int ktrace_meter_settle(ktrace_meter *m, bool all, const ktrace_step **out, size_t *n, terr *e)
+{
+    *n = 0;
+    if (all) {
+        if (ktrace_flush(e)) return -1;
+        ktrace_losses l = ktrace_take_losses(); /* waits for a hand-over in progress: only here */
+        m->lost += (int64_t)(l.dropped + l.bad_buffers);
+        mtx_lock(&m->lock);
+    } else if (mtx_trylock(&m->lock) != thrd_success) {
+        return 0; /* CUPTI's thread is handing records over: next time */
+    }
+    /* swap the inbox out, so that the lock is held for no copy */
+    ktrace_span *in = m->inbox;
+    size_t n_in = m->n_in, cap_in = m->cap_in;
+    m->inbox = m->taken, m->cap_in = m->cap_taken, m->n_in = 0;
+    m->taken = in, m->cap_taken = cap_in;
+    m->lost += m->untimed, m->untimed = 0;
     mtx_unlock(&m->lock);
+    ktrace_ledger_spans(&m->ledger, m->taken, n_in);
+    *n = ktrace_ledger_settle(&m->ledger, all, KTRACE_SETTLE_LAG, KTRACE_SETTLE_MAX, out);
     return 0;
+}
+
+ktrace_counts ktrace_meter_counts(const ktrace_meter *m)
+{
+    ktrace_counts c = m->ledger.counts;
+    c.lost = m->lost;
+    return c;
 }
 
 void ktrace_meter_close(ktrace_meter *m)
@@ -239,7 +416,8 @@ void ktrace_meter_close(ktrace_meter *m)
     if (!m) return;
     ktrace_close();
     mtx_destroy(&m->lock);
-    free(m->spans);
+    ktrace_ledger_free(&m->ledger);
+    free(m->inbox), free(m->taken);
     free(m);
 }
 
@@ -252,11 +430,15 @@ int ktrace_meter_open(ktrace_meter **out, terr *e)
                        "CUDA_HOME): turn the kernel trace off (--no-kernel-trace)");
 }
 
-int ktrace_meter_take(ktrace_meter *m, ktrace_step *out, terr *e)
+/* Never called: no meter opens. */
+void ktrace_meter_begin(ktrace_meter *m) {}
+void ktrace_meter_end(ktrace_meter *m) {}
+int ktrace_meter_settle(ktrace_meter *m, bool all, const ktrace_step **out, size_t *n, terr *e)
 {
+    *n = 0;
     return terr_set(e, "kernel trace: built without CUPTI");
 }
-
+ktrace_counts ktrace_meter_counts(const ktrace_meter *m) { return (ktrace_counts){0}; }
 void ktrace_meter_close(ktrace_meter *m) {}
 
 #endif

@@ -2,7 +2,9 @@
  * test_kernel_trace.c: the kernel trace's arithmetic and its failures without a GPU
  * (engine/kernel_trace.h). A step's kernel time is the durations summed; its busy time the union
  * of their intervals, so that kernels overlapping under programmatic dependent launch count once.
- * The trace itself needs a GPU: `make test-gpu` and docs/engine.md say how it is checked there.
+ * Kernels go to the step whose host-side window holds their start, whenever their records
+ * arrive; the ledger that does it is driven here with synthetic records. The trace itself needs
+ * a GPU: `make test-gpu` and docs/engine.md say how it is checked there.
  */
 #include <check.h>
 #include <string.h>
@@ -42,6 +44,206 @@ START_TEST(spans_out_of_start_order_are_sorted_first)
     ktrace_span s[] = {{125, 130}, {100, 110}, {108, 120}};
     expect(s, 3, 27, 25);
     ck_assert(s[0].start_ns == 100 && s[1].start_ns == 108 && s[2].start_ns == 125);
+    /* nearly in order (pairs swapped) and far from it (reversed): both end sorted, none lost */
+    enum { N = 2000 };
+    static ktrace_span near[N], far[N];
+    for (int i = 0; i < N; i++) {
+        near[i] = (ktrace_span){(uint64_t)(10 * (i ^ 1)), (uint64_t)(10 * (i ^ 1) + 5)};
+        far[i] = (ktrace_span){(uint64_t)(10 * (N - 1 - i)), (uint64_t)(10 * (N - 1 - i) + 5)};
+    }
+    ktrace_span *cases[] = {near, far};
+    for (int c = 0; c < 2; c++) {
+        ktrace_sort_spans(cases[c], N);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(cases[c][i].start_ns == (uint64_t)(10 * i) && cases[c][i].end_ns == (uint64_t)(10 * i + 5),
+                          "%s: span %d starts at %llu", c ? "reversed" : "pairs swapped", i,
+                          (unsigned long long)cases[c][i].start_ns);
+    }
+}
+END_TEST
+
+/* ---- attribution by time ---- */
+
+static void expect_step(const ktrace_step *s, int64_t step, int32_t kernels, int64_t sum, int64_t busy)
+{
+    ck_assert_msg(s->step == step && s->kernels == kernels && s->kernel_ns == sum && s->busy_ns == busy,
+                  "step %lld: %d kernels, sum %lld, busy %lld; expected step %lld: %d, %lld, %lld",
+                  (long long)s->step, s->kernels, (long long)s->kernel_ns, (long long)s->busy_ns,
+                  (long long)step, kernels, (long long)sum, (long long)busy);
+}
+
+START_TEST(kernels_go_to_the_window_holding_their_start)
+{
+    /* windows [100, 200], [300, 400], [500, 600]; a kernel that starts at a window's very end
+     * is its own (the sync returned after it began), one that ends past it too */
+    const ktrace_window w[] = {{100, 200}, {300, 400}, {500, 600}};
+    const ktrace_span s[] = {{50, 60},   /* before the first: outside */
+                             {100, 150}, {150, 170}, {200, 210},
+                             {250, 260}, /* between: outside */
+                             {310, 330}, {320, 340},
+                             {700, 710}}; /* after the last: outside */
+    ktrace_step out[3];
+    size_t outside = ktrace_attribute(w, 3, 40, s, 8, out);
+    ck_assert_int_eq(outside, 3);
+    expect_step(&out[0], 40, 3, 50 + 20 + 10, 50 + 20 + 10);
+    expect_step(&out[1], 41, 2, 40, 30);
+    expect_step(&out[2], 42, 0, 0, 0);
+}
+END_TEST
+
+/* Under programmatic dependent launch a step's kernels overlap; its last one may run past the
+ * window's end as CUPTI's clock sees it, and still counts in full. */
+START_TEST(overlapping_kernels_under_pdl_count_once_in_their_step)
+{
+    const ktrace_window w[] = {{1000, 2000}, {3000, 4000}};
+    const ktrace_span s[] = {{1010, 1500}, {1490, 1800}, {1790, 2005}, {3005, 3100}, {3050, 3080}};
+    ktrace_step out[2];
+    ck_assert_int_eq(ktrace_attribute(w, 2, 0, s, 5, out), 0);
+    expect_step(&out[0], 0, 3, 490 + 310 + 215, 2005 - 1010);
+    expect_step(&out[1], 1, 2, 95 + 30, 95);
+}
+END_TEST
+
+/* Drives a ledger: step k's window is [1000 k + 100, 1000 k + 900]; each kernel of step k
+ * starts at 1000 k + 100 + 10 i and runs 20 ns, so kernels of a step overlap by half. */
+static ktrace_window window_of(int64_t k) { return (ktrace_window){1000 * k + 100, 1000 * k + 900}; }
+static ktrace_span kernel_of(int64_t k, int i)
+{
+    uint64_t t = (uint64_t)(1000 * k + 100 + 10 * i);
+    return (ktrace_span){t, t + 20};
+}
+
+START_TEST(late_records_land_in_their_step)
+{
+    ktrace_ledger l;
+    ktrace_ledger_init(&l);
+    const ktrace_step *out;
+    for (int64_t k = 0; k < 4; k++) ktrace_ledger_window(&l, window_of(k));
+    /* steps 1 and 3 arrive first, then step 0's second half, then its first half and step 2,
+     * last-first: none is settled before all is asked, with a lag of 8 windows */
+    ktrace_span a[] = {kernel_of(1, 0), kernel_of(1, 1), kernel_of(3, 0)};
+    ktrace_ledger_spans(&l, a, 3);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, 8, 0, &out), 0);
+    ktrace_span b[] = {kernel_of(0, 2), kernel_of(0, 3)};
+    ktrace_ledger_spans(&l, b, 2);
+    ktrace_span c[] = {kernel_of(2, 4), kernel_of(0, 1), kernel_of(0, 0)};
+    ktrace_ledger_spans(&l, c, 3);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 8, 0, &out), 4);
+    expect_step(&out[0], 0, 4, 80, 50);
+    expect_step(&out[1], 1, 2, 40, 30);
+    expect_step(&out[2], 2, 1, 20, 20);
+    expect_step(&out[3], 3, 1, 20, 20);
+    ck_assert(l.counts.warmup == 0 && l.counts.outside == 0);
+    ktrace_ledger_free(&l);
+}
+END_TEST
+
+/* Without a forced flush, a step settles once a record of a step `lag` windows later has
+ * arrived; the rest wait, and the next settle continues where this one stopped. */
+START_TEST(steps_settle_once_records_of_a_later_step_arrived)
+{
+    ktrace_ledger l;
+    ktrace_ledger_init(&l);
+    const ktrace_step *out;
+    enum { LAG = 2 };
+    for (int64_t k = 0; k < 6; k++) {
+        ktrace_ledger_window(&l, window_of(k));
+        ktrace_span s[] = {kernel_of(k, 0), kernel_of(k, 1)};
+        ktrace_ledger_spans(&l, s, 2);
+    }
+    /* records up to step 5: steps 0-3 are final, 4 and 5 wait; at most 3 a call */
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, 3, &out), 3);
+    for (int k = 0; k < 3; k++) expect_step(&out[k], k, 2, 40, 30);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, 3, &out), 1);
+    expect_step(&out[0], 3, 2, 40, 30);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, LAG, 0, &out), 0);
+    /* a record of step 4 arrives late: it still counts there */
+    ktrace_span late = kernel_of(4, 2);
+    ktrace_ledger_spans(&l, &late, 1);
+    ktrace_ledger_window(&l, window_of(6));
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, LAG, 0, &out), 3);
+    expect_step(&out[0], 4, 3, 60, 40);
+    expect_step(&out[1], 5, 2, 40, 30);
+    expect_step(&out[2], 6, 0, 0, 0);
+    ck_assert(l.counts.outside == 0 && l.n_win == l.win_head && l.n_spans == l.span_head);
+    ktrace_ledger_free(&l);
+}
+END_TEST
+
+/* The warm-up's and graph captures' kernels (before the first window) are counted apart; a
+ * record between steps, or one arriving after its step was settled, is counted outside and
+ * added to no step. */
+START_TEST(records_outside_every_window_are_counted_not_added)
+{
+    ktrace_ledger l;
+    ktrace_ledger_init(&l);
+    const ktrace_step *out;
+    ktrace_span warm[] = {{5, 10}, {20, 40}, {60, 70}};
+    ktrace_ledger_spans(&l, warm, 3); /* before any step: kept until one comes */
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, 0, &out), 0);
+    for (int64_t k = 0; k < 3; k++) ktrace_ledger_window(&l, window_of(k));
+    ktrace_span s[] = {kernel_of(0, 0), {950, 960} /* between steps 0 and 1 */, kernel_of(2, 0)};
+    ktrace_ledger_spans(&l, s, 3);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, false, 1, 0, &out), 2);
+    expect_step(&out[0], 0, 1, 20, 20);
+    expect_step(&out[1], 1, 0, 0, 0);
+    ck_assert_msg(l.counts.warmup == 3 && l.counts.outside == 1, "warm-up %lld, outside %lld",
+                  (long long)l.counts.warmup, (long long)l.counts.outside);
+    /* step 1's record after step 1 was settled: outside, not added anywhere */
+    ktrace_span late = kernel_of(1, 0);
+    ktrace_ledger_spans(&l, &late, 1);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, 0, &out), 1);
+    expect_step(&out[0], 2, 1, 20, 20);
+    ck_assert_int_eq(l.counts.outside, 2);
+    /* after the last step, with nothing left to settle, a stray record is outside too */
+    ktrace_span stray = {5000, 5010};
+    ktrace_ledger_spans(&l, &stray, 1);
+    ck_assert_int_eq(ktrace_ledger_settle(&l, true, 1, 0, &out), 0);
+    ck_assert_int_eq(l.counts.outside, 3);
+    ck_assert_int_eq(l.counts.warmup, 3);
+    ktrace_ledger_free(&l);
+}
+END_TEST
+
+/* Many steps, records delivered in buffers that split steps at random places, settled without
+ * forcing (a few steps at a time) as they come and forced at the end: the figures equal each
+ * step's own. */
+START_TEST(settling_as_buffers_come_matches_each_steps_own_figures)
+{
+    ktrace_ledger l;
+    ktrace_ledger_init(&l);
+    enum { STEPS = 3000, PER = 7, BUF = 1234, LAG = 3 };
+    static ktrace_span all[STEPS * PER];
+    size_t n = 0, sent = 0;
+    int64_t next = 0;
+    unsigned r = 12345;
+    for (int64_t k = 0; k < STEPS; k++) {
+        ktrace_ledger_window(&l, window_of(k));
+        int kernels = 1 + (int)(k % PER);
+        for (int i = 0; i < kernels; i++) all[n++] = kernel_of(k, i);
+        r = r * 1103515245u + 12345u;
+        if (n - sent >= BUF || (r >> 16) % 5 == 0) { /* a buffer fills: up to BUF records */
+            size_t m = n - sent < BUF ? n - sent : BUF;
+            ktrace_ledger_spans(&l, all + sent, m);
+            sent += m;
+        }
+        const ktrace_step *out;
+        size_t got = ktrace_ledger_settle(&l, false, LAG, 2, &out); /* as the meter: a few a step */
+        for (size_t j = 0; j < got; j++, next++) {
+            int kk = 1 + (int)(next % PER);
+            expect_step(&out[j], next, kk, 20 * kk, 10 * kk + 10);
+        }
+    }
+    ktrace_ledger_spans(&l, all + sent, n - sent); /* the forced flush */
+    const ktrace_step *out;
+    size_t got = ktrace_ledger_settle(&l, true, LAG, 0, &out);
+    for (size_t j = 0; j < got; j++, next++) {
+        int kk = 1 + (int)(next % PER);
+        expect_step(&out[j], next, kk, 20 * kk, 10 * kk + 10);
+    }
+    ck_assert_int_eq(next, STEPS);
+    ck_assert(l.counts.outside == 0 && l.counts.warmup == 0);
+    ktrace_ledger_free(&l);
 }
 END_TEST
 
@@ -69,9 +271,10 @@ START_TEST(the_meter_opens_or_says_why_not)
         ck_assert_msg(strstr(e.msg, "failed: CUPTI_ERROR"), "%s", e.msg);
         return;
     }
-    ktrace_step s;
-    ck_assert_msg(ktrace_meter_take(m, &s, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(s.kernels, 0);
+    const ktrace_step *s;
+    size_t n = 1;
+    ck_assert_msg(ktrace_meter_settle(m, true, &s, &n, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(n, 0);
     ck_assert_msg(ktrace_meter_open(&(ktrace_meter *){0}, &e) != 0 && strstr(e.msg, "already in use"),
                   "a second meter opened beside the first: %s", e.msg);
     ktrace_meter_close(m);
@@ -97,6 +300,12 @@ int main(void)
     tcase_add_test(tc, overlapping_kernels_count_once_in_busy_time);
     tcase_add_test(tc, a_kernel_inside_another_adds_nothing_to_busy_time);
     tcase_add_test(tc, spans_out_of_start_order_are_sorted_first);
+    tcase_add_test(tc, kernels_go_to_the_window_holding_their_start);
+    tcase_add_test(tc, overlapping_kernels_under_pdl_count_once_in_their_step);
+    tcase_add_test(tc, late_records_land_in_their_step);
+    tcase_add_test(tc, steps_settle_once_records_of_a_later_step_arrived);
+    tcase_add_test(tc, records_outside_every_window_are_counted_not_added);
+    tcase_add_test(tc, settling_as_buffers_come_matches_each_steps_own_figures);
 #if TANDEM_HAVE_CUPTI
     tcase_add_test(tc, cupti_loads_from_the_toolkit_complete);
     tcase_add_test(tc, the_meter_opens_or_says_why_not);

@@ -248,10 +248,19 @@ START_TEST(kernel_time_columns_and_summary)
     /* steps of 1, 1, 2 and 4 ms, busy 0.9, 0.8, 1.0 and 4.0 ms: fractions 0.9, 0.8, 0.5, 1 */
     const int64_t dur_us[] = {1000, 1000, 2000, 4000}, busy_us[] = {900, 800, 1000, 4000},
                   kern_ns[] = {950000, 850000, 1200000, 4100123};
-    for (int i = 0; i < 4; i++)
+    /* the kernel times come later than their steps, as the kernel trace settles them: the
+     * first two after the third step, the rest at the end; rows stay in step order */
+    step_kernel_time k[4];
+    for (int i = 0; i < 4; i++) {
         metrics_step(m, &(step_stats){.step = i, .start_ns = i * 4 * MS, .duration_ns = dur_us[i] * 1000,
-                                      .block_size = 16, .kernel_ns = kern_ns[i], .kernel_busy_ns = busy_us[i] * 1000});
+                                      .block_size = 16});
+        k[i] = (step_kernel_time){kern_ns[i], busy_us[i] * 1000};
+        if (i == 2) metrics_step_kernels(m, k, 2);
+    }
     metrics_summary s;
+    ck_assert_msg(metrics_finish(m, NULL, &s, &e) != 0 && strstr(e.msg, "2 steps never got their kernel time"),
+                  "finished with steps waiting for their kernel time: %s", e.msg);
+    metrics_step_kernels(m, k + 2, 2);
     ck_assert(metrics_finish(m, NULL, &s, &e) == 0);
     metrics_free(m);
     const double tol = 1e-9;
@@ -266,6 +275,9 @@ START_TEST(kernel_time_columns_and_summary)
     char *csv = slurp(path, NULL);
     ck_assert_msg(strstr(csv, ",host_us,sched_us,kernel_us,kernel_busy\n"), "steps.csv header:\n%s", csv);
     ck_assert_msg(strstr(csv, ",4100.12,1.0000\n") && strstr(csv, ",1200.00,0.5000\n"), "steps.csv rows:\n%s", csv);
+    const char *r0 = strstr(csv, "\n0,"), *r1 = strstr(csv, "\n1,"), *r2 = strstr(csv, "\n2,"), *r3 = strstr(csv, "\n3,");
+    ck_assert_msg(r0 && r0 < r1 && r1 < r2 && r2 < r3 && strstr(r0, ",950.00,0.9000\n") < r1,
+                  "steps.csv rows out of order or mismatched:\n%s", csv);
     free(csv);
     json_t *j = load_json(dir, "summary.json");
     json_t *kb = json_object_get(j, "kernel_busy"), *ku = json_object_get(j, "kernel_us");
@@ -277,6 +289,85 @@ START_TEST(kernel_time_columns_and_summary)
 }
 END_TEST
 
+/* An executor whose kernel times come LATE steps after their steps, as the CUDA engine's kernel
+ * trace settles them, and the rest at the end: step i's kernels ran (i + 1) us, busy half that. */
+typedef struct late_exec {
+    int64_t steps, reported;
+    step_kernel_time k[64];
+} late_exec;
+enum { LATE = 3 };
+
+static int late_execute(void *self, const batch *b, step_result *out, terr *e)
+{
+    late_exec *x = self;
+    out->duration_ns = MS + MS / 4 * b->num_tokens; /* as linear_exec in summary_matches_hand_computation */
+    int64_t i = x->steps++;
+    x->k[i] = (step_kernel_time){(i + 1) * 1000, (i + 1) * 500};
+    if (i - x->reported >= LATE) { /* steps up to i - LATE settle now */
+        out->kernel_times = x->k + x->reported;
+        out->num_kernel_times = (int32_t)(i - LATE + 1 - x->reported);
+        x->reported = i - LATE + 1;
+    }
+    return 0;
+}
+
+static int late_settle(void *self, const step_kernel_time **out, int32_t *n, terr *e)
+{
+    late_exec *x = self;
+    *out = x->k + x->reported, *n = (int32_t)(x->steps - x->reported);
+    x->reported = x->steps;
+    return 0;
+}
+
+static bool late_measures(void *self) { return true; }
+
+/* The serving loop hands kernel times to the metrics however late they come: each steps.csv row
+ * gets its own step's, in step order, and the run is complete before summary.json is written. */
+START_TEST(kernel_times_reach_their_rows_however_late)
+{
+    static const executor_ops late_ops = {.name = "late", .measures_kernels = late_measures,
+                                          .execute = late_execute, .settle = late_settle};
+    sched_config cfg = {.max_num_seqs = 8, .max_num_batched_tokens = 8, .max_model_len = 64,
+                        .block_size = 4, .enable_chunked_prefill = true, .reserve_full_isl = true};
+    serve_config sc = {.sched = cfg, .policy = &policy_vllm, .num_gpu_blocks = 32};
+    arrival a[] = {{.arrival_ns = 0, .prompt_tokens = 4, .output_tokens = 3},
+                   {.arrival_ns = 0, .prompt_tokens = 4, .output_tokens = 1},
+                   {.arrival_ns = 10 * MS, .prompt_tokens = 2, .output_tokens = 2}};
+    array_source as;
+    late_exec x = {0};
+    tclock clock;
+    tclock_init_sim(&clock);
+    char *dir = make_temp_dir("late_kernels");
+    metrics_options mo = {.out_dir = dir, .write_steps = true, .write_kernel_time = true};
+    metrics *m;
+    terr e;
+    ck_assert(metrics_open(&m, &mo, &e) == 0);
+    ck_assert_msg(serve_run(&sc, array_source_make(&as, a, 3), (executor){&late_ops, &x}, &clock, m, NULL, NULL,
+                            &e) == 0, "%s", e.msg);
+    metrics_summary s;
+    ck_assert_msg(metrics_finish(m, NULL, &s, &e) == 0, "%s", e.msg);
+    metrics_free(m);
+    ck_assert_int_eq(x.steps, 5); /* as summary_matches_hand_computation */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/steps.csv", dir);
+    char *csv = slurp(path, NULL);
+    /* durations 3, 1.25, 1.25, 1.5, 1.25 ms; busy (i + 1) * 0.5 us of them */
+    static const char *rows[] = {"\n0,0.000000,3.000,", "\n1,0.003000,1.250,", "\n2,0.004250,1.250,",
+                                 "\n3,0.010000,1.500,", "\n4,0.011500,1.250,"};
+    static const char *ends[] = {",1.00,0.0002\n", ",2.00,0.0008\n", ",3.00,0.0012\n", ",4.00,0.0013\n",
+                                 ",5.00,0.0020\n"};
+    for (int i = 0; i < 5; i++) {
+        const char *r = strstr(csv, rows[i]), *end = r ? strchr(r + 1, '\n') : NULL;
+        ck_assert_msg(r && end && strncmp(end - strlen(ends[i]) + 1, ends[i], strlen(ends[i])) == 0,
+                      "step %d: expected a row starting %s and ending %s in\n%s", i, rows[i] + 1, ends[i], csv);
+    }
+    ck_assert_double_eq_tol(s.kernel_us.max, 5.0, 1e-9);
+    ck_assert_double_eq_tol(s.kernel_busy.overall, 7.5 / 8250.0, 1e-12);
+    free(csv);
+    rm_tree(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
@@ -284,6 +375,7 @@ int main(void)
     tcase_add_test(tc, percentiles_match_gsl);
     tcase_add_test(tc, summary_matches_hand_computation);
     tcase_add_test(tc, kernel_time_columns_and_summary);
+    tcase_add_test(tc, kernel_times_reach_their_rows_however_late);
     tcase_add_test(tc, histogram_percentiles_are_close_on_a_log_scale);
     tcase_add_test(tc, metrics_memory_does_not_grow_with_requests);
     suite_add_tcase(s, tc);
