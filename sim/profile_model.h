@@ -34,6 +34,12 @@
 
 extern const cost_model_ops profile_cost_model;
 
+/* A profile file's CSV header row, without the newline: the shape columns (core/batch.h's
+ * step_shape, as steps.csv writes them), then repeats and the time's statistics in ms. */
+extern const char profile_columns_header[];
+/* Fewer rows than this are refused: the fit has 8 linear terms besides G's knots. */
+#define PROFILE_MIN_POINTS 10
+
 /* The profiles shipped in configs/profiles (MODEL_GPU.csv), embedded at build time. */
 struct profile_file {
     const char *name; /* "llama-2-7b_h200" */
