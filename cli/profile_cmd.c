@@ -27,6 +27,9 @@
  *   prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,
  *   p90_ms,min_ms,max_ms
  * The shape columns are core/batch.h's step_shape, as steps.csv writes them.
+ *
+ * `--from-runs DIR,...` is another mode, with flags of its own: the profile made from measured
+ * serving runs' steps instead of a grid measured now (cli/profile_runs.h).
  */
 #include <assert.h>
 #include <errno.h>

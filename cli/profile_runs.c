@@ -332,6 +332,11 @@ static int count_shapes(run_step *steps, size_t n)
 
 int profile_from_runs_main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* before the parse, where `--from-runs --help` is a run named --help */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            opts_help(from_runs_specs, usage, stdout);
+            return 0;
+        }
     from_runs_options o = {0};
     opts_defaults(from_runs_specs, &o);
     terr e = {{0}};
