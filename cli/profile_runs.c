@@ -275,9 +275,27 @@ static int base_read(base_profile *b, const char *path, terr *e)
             header = true;
             continue;
         }
+        /* checked as the profile model will read it: counts, then positive times */
         int fields = 1;
         for (const char *c = line; *c; c++) fields += *c == ',';
         if (fields != 17) return terr_set(e, "--base %s:%d: %d fields, a profile row has 17", path, line_no, fields);
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", line);
+        char *save = NULL, *f = strtok_r(copy, ",", &save);
+        for (int k = 1; k < 17; k++) {
+            int64_t iv;
+            double dv;
+            f = strtok_r(NULL, ",", &save);
+            bool ok = f && (k < 12 ? !parse_i64(f, &iv) && iv >= (k == 11) : !parse_f64(f, &dv) && dv > 0);
+            if (!ok) {
+                char names[512], *nsave = NULL, *name;
+                snprintf(names, sizeof names, "%s", profile_columns_header);
+                name = strtok_r(names, ",", &nsave);
+                for (int c = 0; c < k; c++) name = strtok_r(NULL, ",", &nsave);
+                return terr_set(e, "--base %s:%d: %s \"%s\" is not a %s", path, line_no, name, f ? f : "",
+                                k < 12 ? "count" : "positive time");
+            }
+        }
         grow_array((void **)&b->row, sizeof *b->row, &b->cap, b->num_rows + 1);
         b->row[b->num_rows++] = line;
     }
@@ -408,6 +426,12 @@ int profile_from_runs_main(int argc, char **argv)
         }
     }
     int shapes = count_shapes(steps, n);
+    if ((size_t)shapes + base.num_rows > PROFILE_MAX_POINTS) {
+        terr_set(&e, "--from-runs: %d rows (%d shapes from the runs, %zu from the base), the profile model reads at "
+                     "most %d: calibrate on fewer runs",
+                 shapes + (int)base.num_rows, shapes, base.num_rows, PROFILE_MAX_POINTS);
+        goto fail;
+    }
     if ((size_t)shapes + base.num_rows < PROFILE_MIN_POINTS) {
         terr_set(&e, "--from-runs: %d rows (%d shapes from the runs, %zu from the base), a profile needs %d: add runs "
                      "or a --base",

@@ -38,7 +38,6 @@ static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_se
 const char profile_columns_header[] = "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
                                       "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,"
                                       "median_ms,p10_ms,p90_ms,min_ms,max_ms";
-#define MAX_POINTS 100000
 #define MAX_KNOTS 256
 
 typedef struct point {
@@ -247,8 +246,8 @@ static int read_profile(profile_model *pm, const char *path, point **out, int32_
             rc = terr_set(e, "%s:%d: a step with no tokens", path, line_no);
             break;
         }
-        if (*n == MAX_POINTS) {
-            rc = terr_set(e, "%s:%d: more than %d points", path, line_no, MAX_POINTS);
+        if (*n == PROFILE_MAX_POINTS) {
+            rc = terr_set(e, "%s:%d: more than %d points", path, line_no, PROFILE_MAX_POINTS);
             break;
         }
         grow_array((void **)out, sizeof **out, &cap, (size_t)*n + 1);

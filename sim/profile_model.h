@@ -43,6 +43,8 @@ extern const cost_model_ops profile_cost_model;
 extern const char profile_columns_header[];
 /* Fewer rows than this are refused: the fit has 8 linear terms besides G's knots. */
 #define PROFILE_MIN_POINTS 10
+/* More rows than this are refused (the fit's time and memory grow with them). */
+#define PROFILE_MAX_POINTS 100000
 
 /* The profiles shipped in configs/profiles (MODEL_GPU.csv), embedded at build time. */
 struct profile_file {

@@ -313,6 +313,14 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
     snprintf(want_sim, sizeof want_sim, "%s/summary.json: a `tandem sim` output", sim);
     snprintf(want_bad, sizeof want_bad, "%s/steps.csv:2: prefill_pairs2 \"x\" is not", bad);
     snprintf(want_nodir, sizeof want_nodir, "%s: neither a run directory", dir);
+    char *bad_base = write_temp_file(dir, "badbase.csv",
+                                     "# model: tiny-llama2\n# gpu: h200\n# block_size: 16\n# backend: cpu\n"
+                                     "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
+                                     "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,"
+                                     "p10_ms,p90_ms,min_ms,max_ms\n"
+                                     "decode,0,1,1,0,1,0,0,129,16641,129,5,-3,1,1,1,1\n");
+    char want_base[4500];
+    snprintf(want_base, sizeof want_base, "--base %s:6: median_ms \"-3\" is not a positive time", bad_base);
     const struct {
         const char *runs, *base, *want;
     } cases[] = {
@@ -322,6 +330,7 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
         {bad, NULL, want_bad},
         {dir, NULL, want_nodir},
         {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 10"},
+        {a, bad_base, want_base},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cli_result r = cases[i].base ? run_cli("profile", "--from-runs", cases[i].runs, "--base", cases[i].base,
@@ -332,6 +341,7 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
         ck_assert_msg(!fopen(out, "r"), "case %zu: a refused profile was written", i);
         cli_result_free(&r);
     }
+    free(bad_base);
 }
 END_TEST
 
