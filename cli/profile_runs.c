@@ -108,7 +108,8 @@ static int read_identity(const char *dir, run_identity *id, terr *e)
         terr_set(e, "%s: no config.executor: not the output of `tandem run`", path);
     } else if (json_object_get(ex, "cost_model")) {
         terr_set(e, "%s: a `tandem sim` output (its steps were predicted by the %s cost model), not a measured run",
-                 path, json_string_value(json_object_get(ex, "cost_model")) ?: "?");
+                 path, json_is_string(json_object_get(ex, "cost_model")) ? json_string_value(json_object_get(ex, "cost_model"))
+                                                                       : "?");
     } else if (!json_is_string(json_object_get(ex, "backend"))) {
         terr_set(e, "%s: config.executor has no backend: not the output of `tandem run`", path);
     } else if (!json_is_string(json_object_get(config, "model")) || !json_is_string(json_object_get(config, "gpu")) ||
@@ -172,8 +173,7 @@ static int read_steps(const char *dir, run_step **steps, size_t *n, size_t *cap,
     while ((got = csv_reader_next(&rd, e)) == 1) {
         double ms;
         int64_t v[NUM_STEP_COLS];
-        if (csv_reader_f64(&rd, S_DURATION, &ms, e)) break;
-        bool bad = false;
+        bool bad = csv_reader_f64(&rd, S_DURATION, &ms, e) != 0;
         for (int k = S_PREFILL_SEQS; k < NUM_STEP_COLS && !bad; k++) {
             if (csv_reader_i64(&rd, k, &v[k], e)) bad = true;
             else if (v[k] < 0 || v[k] > ((int64_t)1 << 50))

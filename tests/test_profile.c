@@ -307,6 +307,10 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
     fake_run("simulated", "tiny-llama2", "{\"cost_model\": \"roofline\"}", steps, sim, sizeof sim);
     fake_run("badsteps", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,4.000,1,0,1,64,0,x,64,0,0,64,0,0\n",
              bad, sizeof bad);
+    char baddur[4300], want_dur[4500];
+    fake_run("baddur", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,abc,1,0,1,64,0,4160,64,0,0,64,0,0\n",
+             baddur, sizeof baddur);
+    snprintf(want_dur, sizeof want_dur, "%s/steps.csv:2: duration_ms \"abc\" is not a number", baddur);
     snprintf(out, sizeof out, "%s/refused.csv", dir);
     snprintf(both, sizeof both, "%s,%s", a, b);
     char want_sim[4500], want_bad[4500], want_nodir[4500];
@@ -328,6 +332,7 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
         {both, NULL, "is a run of model tiny-llama3, not tiny-llama2"},
         {b, profile, "a profile of model tiny-llama2, not tiny-llama3 (the runs')"},
         {bad, NULL, want_bad},
+        {baddur, NULL, want_dur},
         {dir, NULL, want_nodir},
         {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 10"},
         {a, bad_base, want_base},
