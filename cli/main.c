@@ -28,7 +28,7 @@ static const command commands[] = {
     {NULL, "search", search_main, "the highest request rate, or the cheapest configuration, that meets a goodput SLO (over sim)"},
     {"trace", "gen", trace_gen_main, "write a synthetic trace (tandem CSV): Poisson/Gamma arrivals"},
     {"trace", "stats", trace_stats_main, "summarise a trace: rates, burstiness, lengths, KV capacity, suggested budgets"},
-    {NULL, "profile", profile_main, "measure the engine's step times over a grid of shapes (a profile for sim)"},
+    {NULL, "profile", profile_main, "measure the engine's step times over a grid of shapes, or calibrate on runs (a profile for sim)"},
     {NULL, "plot", plot_main, "figures of runs and sweeps: latency CDFs, batch/KV/queue over time, latency vs load"},
     {NULL, "timeline", timeline_main, "a run as Chrome trace / Perfetto JSON: a track per request, one for steps"},
     {"reduce", "cdf", reduce_cdf_main, "latency CDFs of runs' CSVs, as gnuplot data (the figures' input)"},

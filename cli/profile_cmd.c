@@ -27,6 +27,9 @@
  *   prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,
  *   p90_ms,min_ms,max_ms
  * The shape columns are core/batch.h's step_shape, as steps.csv writes them.
+ *
+ * `--from-runs DIR,...` is another mode, with flags of its own: the profile made from measured
+ * serving runs' steps instead of a grid measured now (cli/profile_runs.h).
  */
 #include <assert.h>
 #include <errno.h>
@@ -42,11 +45,13 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/profile_runs.h"
 #include "cli/serving.h"
 #include "cli/version.h"
 #include "core/kv.h"
 #include "core/stats.h"
 #include "engine/engine_executor.h"
+#include "sim/profile_model.h"
 
 typedef struct profile_options {
     serving_options serving;
@@ -258,18 +263,23 @@ static void write_header(FILE *f, const profile_options *o, const serving_setup 
     fprintf(f, "# date: %s\n", date);
     fprintf(f, "# command: tandem");
     for (int i = 0; i < argc; i++) fprintf(f, " %s", argv[i]);
-    fprintf(f, "\nkind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"
-               "prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms\n");
+    fprintf(f, "\n%s\n", profile_columns_header);
 }
 
 static const char *usage =
     "usage: tandem profile --model DIR|synthetic:NAME --out FILE [--backend cuda|cpu] [options]\n\n"
     "Measures the engine's step time over a grid of prefill, decode and mixed steps within the\n"
     "budgets, exactly as `tandem run` takes steps, and writes a profile that\n"
-    "`tandem sim --cost-model profile:FILE` predicts step times from.";
+    "`tandem sim --cost-model profile:FILE` predicts step times from.\n\n"
+    "   or: tandem profile --from-runs DIR[,DIR...] [--base PROFILE] --out FILE\n\n"
+    "calibrates one on measured serving runs instead (`tandem profile --from-runs --help`).";
 
 int profile_main(int argc, char **argv)
 {
+    /* calibrated on measured runs instead of measured now: another mode, with flags of its own */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--from-runs") || !strncmp(argv[i], "--from-runs=", 12))
+            return profile_from_runs_main(argc, argv);
     const opt_spec *specs = profile_option_specs();
     profile_options o = {0};
     serving_options_defaults(&o.serving);

@@ -28,6 +28,16 @@
 #               runs, committed), simulates each workload with both cost models, runs `tandem
 #               compare`, and writes experiments/results/fidelity/table.csv and steps.csv
 #   plot        the figure, docs/figures/fidelity.{png,svg}, from the committed tables
+#   calibrate [MODEL]
+#               here (default llama-2-7b): does a profile calibrated on measured serving runs
+#               (`tandem profile --from-runs`) predict a workload it has not seen? For each
+#               workload W, three profiles simulate W: the grid the runs were compared with
+#               (`grid`); the grid plus every other workload's steps (`loo`: leave W out); and
+#               the grid plus the steps of the workloads that replay another trace than W's
+#               (`lto`: leave W's trace out; chat, chat16, preempt, preempt-swap, static and
+#               static-vllm all replay Azure chat, so `loo` has seen W's requests served
+#               under another budget). Writes experiments/results/fidelity/calibrate.csv and
+#               calibrate_steps.csv: report's columns, with `profile` for the cost model.
 # `fidelity.sh` alone does report and plot.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -116,6 +126,53 @@ report() {
     echo "[$EXP] $table, $steps"
 }
 
+# trace_of WORKLOAD: the trace a workload replays (the first field of its flags that names one).
+trace_of() {
+    workloads | while IFS='|' read -r name trace flags; do [ "$name" = "$1" ] && echo "$trace"; done
+}
+
+# calibrate [MODEL]: leave-one-out (and leave-trace-out) calibration; see the top of the file.
+calibrate() {
+    local model=${1:-llama-2-7b}
+    traces
+    local packed=$RES/measured-$model.tar.gz table=$RES/calibrate.csv steps=$RES/calibrate_steps.csv
+    [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
+    tar -C "$RAW" -xzf "$packed"
+    local dir=$RAW/measured-$model base=$RAW/measured-$model/${model}_h200.csv prof=$RAW/calib-$model
+    mkdir -p "$prof"
+    local names=() name trace flags
+    while IFS='|' read -r name trace flags; do
+        [ -f "$dir/$name/summary.json" ] && names+=("$name")
+    done < <(workloads)
+    echo "model,workload,profile,metric,measured,simulated,rel_error,spread" > "$table.tmp"
+    echo "model,workload,profile,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
+        > "$steps.tmp"
+    while IFS='|' read -r name trace flags; do
+        [ -f "$dir/$name/summary.json" ] || continue
+        local loo=() lto=() other
+        for other in "${names[@]}"; do
+            [ "$other" = "$name" ] && continue
+            loo+=("$dir/$other")
+            [ "$(trace_of "$other")" = "$trace" ] || lto+=("$dir/$other")
+        done
+        "$BIN" profile --from-runs "$(IFS=,; echo "${loo[*]}")" --base "$base" --out "$prof/$name-loo.csv" --quiet
+        "$BIN" profile --from-runs "$(IFS=,; echo "${lto[*]}")" --base "$base" --out "$prof/$name-lto.csv" --quiet
+        for tag in grid loo lto; do
+            local cm=profile:$prof/$name-$tag.csv sim=$RAW/calib-sim-$model/$name-$tag cmp=$RAW/calib-cmp-$model/$name-$tag
+            [ $tag = grid ] && cm=profile:$base
+            # shellcheck disable=SC2086
+            "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$sim" --quiet
+            "$BIN" compare "$dir/$name" "$sim" --out "$cmp" --no-figures --quiet
+            tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$name,$tag,|" >> "$table.tmp"
+            tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$name,$tag,|" >> "$steps.tmp"
+        done
+        echo "[$EXP] calibrate $model $name"
+    done < <(workloads)
+    mv "$table.tmp" "$table"
+    mv "$steps.tmp" "$steps"
+    echo "[$EXP] $table, $steps"
+}
+
 # plot: figure.dat (one block per model: a row per workload, the errors in percent) from the
 # two tables, then docs/figures/fidelity.{png,svg}.
 plot() {
@@ -144,6 +201,7 @@ case ${1:-all} in
 gpu) gpu "${2:?gpu MODEL}" ;;
 report) report ;;
 plot) plot ;;
+calibrate) calibrate "${2:-llama-2-7b}" ;;
 all) report && plot ;;
-*) echo "usage: $0 gpu MODEL | report | plot | all" >&2; exit 2 ;;
+*) echo "usage: $0 gpu MODEL | report | plot | calibrate [MODEL] | all" >&2; exit 2 ;;
 esac

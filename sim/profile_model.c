@@ -15,6 +15,7 @@ enum {
     F_DECODE_KEYS, F_DECODE_SEQS, F_DECODE_GRID, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING, F_DECODE_ONLY, F_MIXED,
     NUM_LINEAR
 };
+_Static_assert(PROFILE_MIN_POINTS == NUM_LINEAR + 2, "the fewest points: the linear terms and two knots");
 static const char *const linear_names[NUM_LINEAR] = {"decode_keys",   "decode_seqs",  "decode_grid",
                                                      "prefill_pairs2", "prefill_keys", "emitting",
                                                      "decode_only",   "mixed"};
@@ -34,12 +35,15 @@ static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_se
                                       "decode_keys_sq", "max_keys", "repeats", "median_ms", "p10_ms", "p90_ms",
                                       "min_ms", "max_ms"};
 #define NUM_COLUMNS ((int)ARRAY_LEN(columns))
-#define MAX_POINTS 100000
+const char profile_columns_header[] = "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
+                                      "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,"
+                                      "median_ms,p10_ms,p90_ms,min_ms,max_ms";
 #define MAX_KNOTS 256
 
 typedef struct point {
     step_shape s;
-    double ms; /* the median */
+    double ms;      /* the median */
+    double repeats; /* how many measured steps the median is of */
 } point;
 
 typedef struct profile_model {
@@ -226,8 +230,9 @@ static int read_profile(profile_model *pm, const char *path, point **out, int32_
                 if (parse_f64(field[i], &d) || !(d > 0))
                     rc = terr_set(e, "%s:%d: %s \"%s\" is not a positive number", path, line_no, columns[i], field[i]);
                 if (i == 12) ms = d;
-            } else if (parse_i64(field[i], &v[i]) || v[i] < 0 || v[i] > ((int64_t)1 << 50)) {
-                rc = terr_set(e, "%s:%d: %s \"%s\" is not a count", path, line_no, columns[i], field[i]);
+            } else if (parse_i64(field[i], &v[i]) || v[i] < (i == 11) || v[i] > ((int64_t)1 << 50)) {
+                rc = terr_set(e, "%s:%d: %s \"%s\" is not a count%s", path, line_no, columns[i], field[i],
+                              i == 11 ? " of at least 1" : "");
             }
         }
         if (rc) break;
@@ -241,16 +246,16 @@ static int read_profile(profile_model *pm, const char *path, point **out, int32_
             rc = terr_set(e, "%s:%d: a step with no tokens", path, line_no);
             break;
         }
-        if (*n == MAX_POINTS) {
-            rc = terr_set(e, "%s:%d: more than %d points", path, line_no, MAX_POINTS);
+        if (*n == PROFILE_MAX_POINTS) {
+            rc = terr_set(e, "%s:%d: more than %d points", path, line_no, PROFILE_MAX_POINTS);
             break;
         }
         grow_array((void **)out, sizeof **out, &cap, (size_t)*n + 1);
-        (*out)[(*n)++] = (point){s, ms};
+        (*out)[(*n)++] = (point){s, ms, (double)v[11]};
     }
     free(text);
     if (!rc && !have_header) rc = terr_set(e, "%s: no header row (not a tandem profile?)", path);
-    if (!rc && *n < NUM_LINEAR + 2) rc = terr_set(e, "%s: %d points are too few to fit a profile", path, *n);
+    if (!rc && *n < PROFILE_MIN_POINTS) rc = terr_set(e, "%s: %d points are too few to fit a profile", path, *n);
     if (!rc && (!pm->model[0] || !pm->gpu[0] || pm->block_size <= 0))
         rc = terr_set(e, "%s: the provenance lines (# model:, # gpu:, # block_size:) are missing", path);
     return rc;
@@ -262,45 +267,138 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Knots at the distinct token counts, thinned to MAX_KNOTS. */
+/* Knots kept from the distinct token counts d[0..m-1] (ascending) when a count is kept if it is at
+ * least (1 + rho) times the last one kept; the largest is always kept. Into knot when not NULL. */
+static int32_t thin_knots(const double *d, int32_t m, double rho, double *knot)
+{
+    int32_t k = 0;
+    double last = 0;
+    for (int32_t i = 0; i < m; i++)
+        if (k == 0 || d[i] >= last * (1 + rho) || i == m - 1) {
+            if (knot) knot[k] = d[i];
+            last = d[i];
+            k++;
+        }
+    return k;
+}
+
+/* Knots at the distinct token counts. A grid profile has fewer than MAX_KNOTS and gets one at
+ * each; a profile of serving steps has nearly every count from 1 to the token budget, so the
+ * knots are then spaced evenly in log T instead (the smallest rho that keeps at most MAX_KNOTS,
+ * found by bisection): the small counts, where the engine changes kernel path (the
+ * weight-streaming GEMM up to 8 rows), stay knots one by one, and above them there is a knot
+ * every few percent of T. Every knot is a measured count, so every hat has a point at its peak. */
 static void place_knots(profile_model *pm, const point *pts, int32_t n)
 {
     double *t = xmalloc((size_t)n * sizeof *t);
     for (int32_t i = 0; i < n; i++) t[i] = tokens_of(&pts[i].s);
     qsort(t, (size_t)n, sizeof *t, cmp_double);
-    int32_t k = 0;
+    int32_t m = 0;
     for (int32_t i = 0; i < n; i++)
-        if (k == 0 || t[i] != pm->knot[k - 1]) {
-            if (k == MAX_KNOTS) pm->knot[k - 1] = t[i]; /* thin: the last knot moves to the end */
-            else pm->knot[k++] = t[i];
+        if (m == 0 || t[i] != t[m - 1]) t[m++] = t[i];
+    double rho = 0;
+    if (m > MAX_KNOTS) {
+        double lo = 0, hi = t[m - 1] / t[0]; /* hi keeps the two ends only */
+        for (int it = 0; it < 100; it++) {
+            double mid = (lo + hi) / 2;
+            if (thin_knots(t, m, mid, NULL) <= MAX_KNOTS) hi = mid;
+            else lo = mid;
         }
-    pm->num_knots = k;
+        rho = hi;
+    }
+    pm->num_knots = thin_knots(t, m, rho, pm->knot);
     free(t);
 }
 
+/* Above this many rows per unknown, the rows are first reduced to a triangular system (see fit). */
+#define REDUCE_ROWS_PER_UNKNOWN 4
+
+/* Folds the row xr (p unknowns, then the right-hand side; destroyed) into the upper triangular
+ * R (p x (p + 1)) by Givens rotations. G's hat columns (the first K) keep R banded: a row has
+ * at most two adjacent hats, so R's row c < K is nonzero only at c, c + 1 and the linear and
+ * right-hand-side columns, and a rotation touches only those. */
+static void givens_fold(gsl_matrix *R, double *xr, size_t K, size_t p, size_t first)
+{
+    for (size_t c = first; c < p; c++) {
+        if (xr[c] == 0) continue;
+        double *rc = gsl_matrix_ptr(R, c, 0);
+        size_t band_end = c < K ? (c + 1 < K ? c + 2 : K) : p + 1; /* columns (c, band_end), then K..p */
+        if (rc[c] == 0) {
+            rc[c] = xr[c];
+            for (size_t k = c + 1; k < band_end; k++) rc[k] = xr[k];
+            if (c < K)
+                for (size_t k = K; k <= p; k++) rc[k] = xr[k];
+            return;
+        }
+        double r = hypot(rc[c], xr[c]), cs = rc[c] / r, sn = xr[c] / r;
+        rc[c] = r;
+        xr[c] = 0;
+        for (size_t k = c + 1; k < band_end; k++) {
+            double a = rc[k], b = xr[k];
+            rc[k] = cs * a + sn * b, xr[k] = cs * b - sn * a;
+        }
+        if (c < K)
+            for (size_t k = K; k <= p; k++) {
+                double a = rc[k], b = xr[k];
+                rc[k] = cs * a + sn * b, xr[k] = cs * b - sn * a;
+            }
+    }
+}
+
+/* The weighted least-squares fit. A row's weight is 1/t^2 (relative error is what is
+ * minimised) times its repeats relative to the fewest any row has: a row stands for that many
+ * measured steps, so a shape that a serving run took 500 times pulls as 500 steps do, and a
+ * profile whose rows all have the same repeats (a grid) is fitted exactly as unweighted rows.
+ * Columns are scaled to [-1, 1] so that the truncation of small singular values is fair to each
+ * term; a term no point exercises (a zero column) stays out of the fit.
+ * Up to REDUCE_ROWS_PER_UNKNOWN rows per unknown (a grid profile) GSL's truncated SVD runs on
+ * the rows themselves. Beyond (a profile of serving steps: tens of thousands of rows, where
+ * that SVD takes minutes) the weighted rows are first folded into a triangular system R c = z
+ * by Givens rotations (givens_fold: the same least-squares problem, the same singular values
+ * and column norms, in O(rows x knots)), and the truncated SVD runs on R. */
 static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
 {
-    size_t p = (size_t)pm->num_knots + NUM_LINEAR;
-    gsl_matrix *X = gsl_matrix_alloc((size_t)n, p), *cov = gsl_matrix_alloc(p, p);
-    gsl_vector *y = gsl_vector_alloc((size_t)n), *w = gsl_vector_alloc((size_t)n), *c = gsl_vector_alloc(p);
-    gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc((size_t)n, p);
-    double x[MAX_KNOTS + NUM_LINEAR], scale[MAX_KNOTS + NUM_LINEAR] = {0}, chisq;
+    size_t K = (size_t)pm->num_knots, p = K + NUM_LINEAR;
+    double x[MAX_KNOTS + NUM_LINEAR + 1], scale[MAX_KNOTS + NUM_LINEAR] = {0}, chisq, fewest = pts[0].repeats;
     for (int32_t i = 0; i < n; i++) {
         features(pm, &pts[i].s, x);
-        for (size_t j = 0; j < p; j++) {
-            gsl_matrix_set(X, (size_t)i, j, x[j]);
-            scale[j] = fmax(scale[j], fabs(x[j]));
-        }
-        gsl_vector_set(y, (size_t)i, pts[i].ms);
-        gsl_vector_set(w, (size_t)i, 1.0 / (pts[i].ms * pts[i].ms));
+        for (size_t j = 0; j < p; j++) scale[j] = fmax(scale[j], fabs(x[j]));
+        fewest = fmin(fewest, pts[i].repeats);
     }
-    /* columns scaled to [-1, 1] so the truncation of small singular values is fair to each term;
-     * a term no point exercises (a zero column) stays out of the fit */
-    for (size_t j = 0; j < p; j++)
-        for (int32_t i = 0; i < n; i++)
-            gsl_matrix_set(X, (size_t)i, j, scale[j] > 0 ? gsl_matrix_get(X, (size_t)i, j) / scale[j] : 0);
+    bool reduce = (size_t)n > REDUCE_ROWS_PER_UNKNOWN * p;
+    size_t rows = reduce ? p : (size_t)n;
+    gsl_matrix *X = gsl_matrix_calloc(rows, reduce ? p + 1 : p), *cov = gsl_matrix_alloc(p, p);
+    gsl_vector *y = gsl_vector_alloc(rows), *w = gsl_vector_alloc(rows), *c = gsl_vector_alloc(p);
+    gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc(rows, p);
+    for (int32_t i = 0; i < n; i++) {
+        features(pm, &pts[i].s, x);
+        double wi = 1.0 / (pts[i].ms * pts[i].ms);
+        wi *= pts[i].repeats / fewest;
+        for (size_t j = 0; j < p; j++) x[j] = scale[j] > 0 ? x[j] / scale[j] : 0;
+        if (!reduce) {
+            for (size_t j = 0; j < p; j++) gsl_matrix_set(X, (size_t)i, j, x[j]);
+            gsl_vector_set(y, (size_t)i, pts[i].ms);
+            gsl_vector_set(w, (size_t)i, wi);
+            continue;
+        }
+        double sw = sqrt(wi);
+        size_t first = p;
+        for (size_t j = 0; j < p; j++) {
+            x[j] *= sw;
+            if (x[j] != 0 && first == p) first = j;
+        }
+        x[p] = pts[i].ms * sw;
+        givens_fold(X, x, K, p, first);
+    }
     size_t rank;
-    int rc = gsl_multifit_wlinear_tsvd(X, w, y, 1e-10, c, cov, &chisq, &rank, ws);
+    int rc;
+    if (reduce) {
+        gsl_matrix_view R = gsl_matrix_submatrix(X, 0, 0, p, p);
+        gsl_vector_view z = gsl_matrix_column(X, p);
+        rc = gsl_multifit_linear_tsvd(&R.matrix, &z.vector, 1e-10, c, cov, &chisq, &rank, ws);
+    } else {
+        rc = gsl_multifit_wlinear_tsvd(X, w, y, 1e-10, c, cov, &chisq, &rank, ws);
+    }
     if (rc) rc = terr_set(e, "%s: the fit failed (%s)", pm->path, gsl_strerror(rc));
     for (size_t j = 0; j < p && !rc; j++) pm->coef[j] = scale[j] > 0 ? gsl_vector_get(c, j) / scale[j] : 0;
     gsl_multifit_linear_free(ws);

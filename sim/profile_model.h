@@ -17,6 +17,10 @@
  * tokens. Every term is linear in the unknowns, so one weighted least-squares fit
  * (GSL, weights 1/t^2: relative error is what is minimised) learns all of them at once; uneven
  * contexts enter through the sums, mixed steps through the same terms as their parts.
+ * A row is weighted by its repeats too (it stands for that many measured steps: a profile
+ * calibrated on serving runs, `tandem profile --from-runs`, has rows seen hundreds of times
+ * beside rows seen once), and a profile of up to 100,000 rows fits in a fraction of a second
+ * (past 256 distinct token counts the knots are spaced evenly in log T; docs/costmodel.md).
  *
  * A step outside the measured ranges (T past the last knot, more keys or pairs than any point
  * had) is extrapolated linearly and counted; the count is in summary.json.
@@ -33,6 +37,14 @@
 #include "sim/costmodel.h"
 
 extern const cost_model_ops profile_cost_model;
+
+/* A profile file's CSV header row, without the newline: the shape columns (core/batch.h's
+ * step_shape, as steps.csv writes them), then repeats and the time's statistics in ms. */
+extern const char profile_columns_header[];
+/* Fewer rows than this are refused: the fit has 8 linear terms besides G's knots. */
+#define PROFILE_MIN_POINTS 10
+/* More rows than this are refused (the fit's time and memory grow with them). */
+#define PROFILE_MAX_POINTS 100000
 
 /* The profiles shipped in configs/profiles (MODEL_GPU.csv), embedded at build time. */
 struct profile_file {

@@ -4,7 +4,10 @@
  * run` measures a trace, `tandem compare` holds them together, and they agree within bounds a
  * noisy 2-core machine keeps. Also the
  * profile file's contract (provenance, malformed files named by FILE:LINE, another model's
- * profile refused unless forced and then flagged) and `run --repeat`.
+ * profile refused unless forced and then flagged) and `run --repeat`. And `profile --from-runs`:
+ * a profile of a run's own steps re-predicts them, identical shapes aggregate to hand-computed
+ * statistics, and what cannot be calibrated from (a simulation, runs of two models, a base of
+ * another model) is refused by name.
  */
 #include <check.h>
 #include <stdio.h>
@@ -13,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "core/util.h"
 #include "testutil.h"
 
 /* A fast configuration of the tiny model: short contexts, small batches. */
@@ -188,6 +192,164 @@ START_TEST(run_repeat_writes_each_run_and_the_spread)
 }
 END_TEST
 
+/* Serves `trace` on the CPU engine into dir/NAME (model tiny-llama2 unless given). */
+static void cpu_run(const char *name, const char *model, const char *max_requests, char *out, size_t size)
+{
+    snprintf(out, size, "%s/%s", dir, name);
+    cli_result r = run_cli("run", "--trace", trace, "--model", model, "--backend", "cpu", BUDGETS, "--max-requests",
+                           max_requests, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "run %s: %s", name, r.err);
+    cli_result_free(&r);
+}
+
+START_TEST(a_profile_from_a_runs_steps_repredicts_them)
+{
+    char run_out[4300], cal[4300], sim_out[4300], spec[4400], cmp_out[4300];
+    cpu_run("calrun", "synthetic:tiny-llama2", "40", run_out, sizeof run_out);
+    snprintf(cal, sizeof cal, "%s/cal.csv", dir);
+    cli_result r = run_cli("profile", "--from-runs", run_out, "--out", cal, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile --from-runs: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(cal, NULL), want[4500];
+    ck_assert_msg(text, "no profile written");
+    snprintf(want, sizeof want, "# run: %s/steps.csv xxh3:", run_out);
+    const char *wants[] = {"# tandem profile 1\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
+                           "# block_size: 16\n", "# from_runs: 1 runs, ", want, "# command: tandem profile --from-runs"};
+    for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++)
+        ck_assert_msg(strstr(text, wants[i]), "the profile lacks \"%s\":\n%.900s", wants[i], text);
+    free(text);
+
+    snprintf(spec, sizeof spec, "profile:%s", cal);
+    snprintf(sim_out, sizeof sim_out, "%s/calsim", dir);
+    r = run_cli("sim", "--trace", trace, "--model", "tiny-llama2", "--cost-model", spec, BUDGETS, "--max-requests",
+                "40", "--out", sim_out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "sim: %s", r.err);
+    cli_result_free(&r);
+    snprintf(cmp_out, sizeof cmp_out, "%s/calcmp", dir);
+    r = run_cli("compare", run_out, sim_out, "--out", cmp_out, "--no-figures", "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "compare: %s", r.err);
+    cli_result_free(&r);
+    json_t *c = load_json(cmp_out, "compare.json");
+    json_t *all = json_object_get(json_object_get(json_object_get(c, "steps"), "classes"), "all");
+    ck_assert_msg(all && num(all, "count") > 50, "compare re-predicted too few steps");
+    /* its own steps: what is left is the CPU's step-to-step noise, not a grid's other state */
+    ck_assert_msg(num(all, "median_abs_rel_error") < 0.10, "a run's steps re-predicted by a profile of them: "
+                  "median error %.3f", num(all, "median_abs_rel_error"));
+    json_decref(c);
+}
+END_TEST
+
+/* A run directory made by hand: summary.json says what a CPU `tandem run` of model says, and
+ * steps.csv holds rows "duration_ms,num_prefill_seqs,...,padding_tokens,swap_blocks". */
+static void fake_run(const char *name, const char *model, const char *executor_json, const char *steps, char *out,
+                     size_t size)
+{
+    char json[1024], *p;
+    snprintf(out, size, "%s/%s", dir, name);
+    ck_assert_msg(mkdir_p(out) == 0, "cannot create %s", out);
+    snprintf(json, sizeof json, "{\"config\": {\"model\": \"%s\", \"gpu\": \"h200\", \"block-size\": 16, "
+                                "\"executor\": %s}}", model, executor_json);
+    free(write_temp_file(out, "summary.json", json));
+    p = write_temp_file(out, "steps.csv", steps);
+    free(p);
+}
+
+#define FAKE_HEADER                                                                                                   \
+    "step,duration_ms,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"     \
+    "prefill_keys,decode_keys,decode_keys_sq,max_keys,padding_tokens,swap_blocks\n"
+#define CPU_EXECUTOR "{\"backend\": \"cpu\"}"
+
+START_TEST(identical_shapes_aggregate_into_one_row)
+{
+    /* four decodes of 2 sequences at 100 and 120 keys (1, 2, 3 and 10 ms), one prefill of 64
+     * tokens twice (4 and 6 ms), one padded step and one swap, both skipped */
+    const char *steps = FAKE_HEADER
+        "0,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
+        "1,10.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "2,1.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "3,6.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
+        "4,3.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "5,9.000,0,3,3,0,3,0,0,300,30000,101,5,0\n"
+        "6,2.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "7,7.000,0,2,2,0,2,0,0,222,24881,121,0,4\n";
+    char run_out[4300], out[4300];
+    fake_run("agg", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, run_out, sizeof run_out);
+    snprintf(out, sizeof out, "%s/agg.csv", dir);
+    cli_result r = run_cli("profile", "--from-runs", run_out, "--base", profile, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile --from-runs: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(out, NULL), *base = slurp(profile, NULL);
+    ck_assert_msg(text && base, "no profile");
+    ck_assert_msg(strstr(text, "8 steps, 6 kept as 2 rows (one per distinct shape); skipped 1 that swapped, 1 with "
+                               "padding rows, 0 timed at 0"),
+                  "the header does not count what was kept and skipped:\n%.1200s", text);
+    ck_assert_msg(strstr(text, "# base: "), "the header does not name the base");
+    /* the base's rows come first, as they are */
+    const char *base_rows = strstr(base, "\nkind,"), *rows = strstr(text, "\nkind,");
+    ck_assert_msg(base_rows && rows && !strncmp(rows, base_rows, strlen(base_rows)),
+                  "the base's rows are not copied first, unchanged");
+    /* then the runs' shapes, prefill before decode; numpy percentiles of {4, 6} and {1, 2, 3, 10} */
+    const char *mine = rows + strlen(base_rows);
+    const char *want = "prefill,1,0,1,64,0,4160,64,0,0,64,2,5.0000,4.2000,5.8000,4.0000,6.0000\n"
+                       "decode,0,2,2,0,2,0,0,222,24881,121,4,2.5000,1.3000,7.9000,1.0000,10.0000\n";
+    ck_assert_msg(!strcmp(mine, want), "the aggregated rows are\n%s\nnot\n%s", mine, want);
+    free(text);
+    free(base);
+}
+END_TEST
+
+START_TEST(what_cannot_be_calibrated_from_is_refused)
+{
+    const char *steps = FAKE_HEADER "0,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n";
+    char a[4300], b[4300], sim[4300], bad[4300], both[8800], out[4300];
+    fake_run("ok", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, a, sizeof a);
+    fake_run("other", "synthetic:tiny-llama3", CPU_EXECUTOR, steps, b, sizeof b);
+    fake_run("simulated", "tiny-llama2", "{\"cost_model\": \"roofline\"}", steps, sim, sizeof sim);
+    fake_run("badsteps", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,4.000,1,0,1,64,0,x,64,0,0,64,0,0\n",
+             bad, sizeof bad);
+    char baddur[4300], want_dur[4500];
+    fake_run("baddur", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,abc,1,0,1,64,0,4160,64,0,0,64,0,0\n",
+             baddur, sizeof baddur);
+    snprintf(want_dur, sizeof want_dur, "%s/steps.csv:2: duration_ms \"abc\" is not a number", baddur);
+    snprintf(out, sizeof out, "%s/refused.csv", dir);
+    snprintf(both, sizeof both, "%s,%s", a, b);
+    char want_sim[4500], want_bad[4500], want_nodir[4500];
+    snprintf(want_sim, sizeof want_sim, "%s/summary.json: a `tandem sim` output", sim);
+    snprintf(want_bad, sizeof want_bad, "%s/steps.csv:2: prefill_pairs2 \"x\" is not", bad);
+    snprintf(want_nodir, sizeof want_nodir, "%s: neither a run directory", dir);
+    char *bad_base = write_temp_file(dir, "badbase.csv",
+                                     "# model: tiny-llama2\n# gpu: h200\n# block_size: 16\n# backend: cpu\n"
+                                     "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
+                                     "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,"
+                                     "p10_ms,p90_ms,min_ms,max_ms\n"
+                                     "decode,0,1,1,0,1,0,0,129,16641,129,5,-3,1,1,1,1\n");
+    char want_base[4500];
+    snprintf(want_base, sizeof want_base, "--base %s:6: median_ms \"-3\" is not a positive time", bad_base);
+    const struct {
+        const char *runs, *base, *want;
+    } cases[] = {
+        {sim, NULL, want_sim},
+        {both, NULL, "is a run of model tiny-llama3, not tiny-llama2"},
+        {b, profile, "a profile of model tiny-llama2, not tiny-llama3 (the runs')"},
+        {bad, NULL, want_bad},
+        {baddur, NULL, want_dur},
+        {dir, NULL, want_nodir},
+        {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 10"},
+        {a, bad_base, want_base},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r = cases[i].base ? run_cli("profile", "--from-runs", cases[i].runs, "--base", cases[i].base,
+                                               "--out", out, "--quiet", NULL)
+                                     : run_cli("profile", "--from-runs", cases[i].runs, "--out", out, "--quiet", NULL);
+        ck_assert_msg(r.exit_code == 2 && strstr(r.err, cases[i].want), "case %zu: exit %d, stderr \"%s\", want \"%s\"",
+                      i, r.exit_code, r.err, cases[i].want);
+        ck_assert_msg(!fopen(out, "r"), "case %zu: a refused profile was written", i);
+        cli_result_free(&r);
+    }
+    free(bad_base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("profile");
@@ -199,6 +361,9 @@ int main(void)
     tcase_add_test(tc, bad_profiles_are_named_by_file_and_line);
     tcase_add_test(tc, another_models_profile_is_refused_unless_forced);
     tcase_add_test(tc, run_repeat_writes_each_run_and_the_spread);
+    tcase_add_test(tc, a_profile_from_a_runs_steps_repredicts_them);
+    tcase_add_test(tc, identical_shapes_aggregate_into_one_row);
+    tcase_add_test(tc, what_cannot_be_calibrated_from_is_refused);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
