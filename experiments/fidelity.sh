@@ -111,7 +111,10 @@ report() {
         local dir=$RAW/measured-$model
         while IFS='|' read -r name trace flags; do
             [ -f "$dir/$name/summary.json" ] || continue
-            for cm in roofline "profile:configs/profiles/${model}_h200.csv"; do
+            # the profile measured beside these runs (the shipped one may be newer)
+            local prof=$dir/${model}_h200.csv
+            [ -f "$prof" ] || prof=configs/profiles/${model}_h200.csv
+            for cm in roofline "profile:$prof"; do
                 local tag=${cm%%:*} sim=$RAW/sim-$model/$name-${cm%%:*} cmp=$RAW/cmp-$model/$name-${cm%%:*}
                 # shellcheck disable=SC2086
                 "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$sim" --quiet
