@@ -222,29 +222,29 @@ static json_t *steps_json(const step_errors *se)
 
 /* ---- files: complete or absent --------------------------------------------------------------- */
 
+/* A file of the output directory, complete or absent (core/util.h: out_atomic). */
 typedef struct out_file {
+    out_atomic a;
     FILE *f;
-    char tmp[4200], path[4200];
+    char path[4200];
 } out_file;
 
 static int out_open(out_file *o, const char *dir, const char *name, terr *e)
 {
     snprintf(o->path, sizeof o->path, "%s/%s", dir, name);
-    snprintf(o->tmp, sizeof o->tmp, "%s/.%s.tmp", dir, name);
-    if (!(o->f = fopen(o->tmp, "w"))) return terr_set(e, "%s: cannot create: %s", o->tmp, strerror(errno));
+    o->f = NULL;
+    if (out_atomic_open(&o->a, o->path, "w", e)) return -1;
+    o->f = o->a.f;
     return 0;
 }
 
-/* Closes and renames into place (ok), or closes and removes the temporary file. */
+/* Closes and puts in place (ok), or closes and removes the temporary file. */
 static int out_close(out_file *o, bool ok, terr *e)
 {
     if (!o->f) return 0;
-    bool written = !ferror(o->f);
-    written = !fclose(o->f) && written;
     o->f = NULL;
-    if (ok && written && !rename(o->tmp, o->path)) return 0;
-    unlink(o->tmp);
-    return ok ? terr_set(e, "%s: cannot write", o->path) : 0;
+    int rc = out_atomic_close(&o->a, ok, e);
+    return ok ? rc : 0;
 }
 
 static int write_cdf(const char *dir, const char *name, const char *what, const run_results *m,

@@ -20,7 +20,7 @@
  * 10th and 90th percentiles, min and max. The context's KV is whatever the cache holds (a
  * step's time does not depend on the values).
  *
- * Output (--out FILE, written to FILE.tmp and renamed when complete): `#` lines of provenance
+ * Output (--out FILE, complete or absent: core/util.h out_atomic): `#` lines of provenance
  * (model, GPU row, device and driver as nvidia-smi reports them, backend, options, tandem's
  * version, date, the command), then CSV, one row per point:
  *   kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,
@@ -295,7 +295,7 @@ int profile_main(int argc, char **argv)
     request *reqs = NULL;
     batch b = {0};
     FILE *f = NULL;
-    char tmp[4200] = "";
+    out_atomic out = {0};
     if (rc == 1) {
         code = 0;
         goto done;
@@ -328,12 +328,11 @@ int profile_main(int argc, char **argv)
     scatter_free_blocks(&kv, 1);
     reqs = xcalloc((size_t)g.max_seqs + 1, sizeof *reqs);
     batch_init(&b, g.max_seqs + 1);
-    snprintf(tmp, sizeof tmp, "%s.tmp", o.profile_out);
-    if (!(f = fopen(tmp, "w"))) {
-        terr_set(&e, "--out: cannot create %s: %s", tmp, strerror(errno));
+    if (out_atomic_open(&out, o.profile_out, "w", &e)) {
         code = 1;
         goto fail;
     }
+    f = out.f;
     write_header(f, &o, &su, &eng, &g, argc, argv);
     for (size_t i = 0; i < g.n; i++) {
         step_shape s = {0};
@@ -351,15 +350,8 @@ int profile_main(int argc, char **argv)
             fprintf(stderr, "\rprofile: %zu/%zu points", i + 1, g.n);
     }
     if (!o.serving.quiet && isatty(fileno(stderr))) fprintf(stderr, "\n");
-    if (ferror(f) | fclose(f)) {
-        f = NULL;
-        terr_set(&e, "--out: cannot write %s", tmp);
-        code = 1;
-        goto fail;
-    }
     f = NULL;
-    if (rename(tmp, o.profile_out)) {
-        terr_set(&e, "--out: cannot rename %s to %s: %s", tmp, o.profile_out, strerror(errno));
+    if (out_atomic_close(&out, true, &e)) {
         code = 1;
         goto fail;
     }
@@ -370,8 +362,7 @@ int profile_main(int argc, char **argv)
     goto done;
 fail:
     fprintf(stderr, "tandem profile: %s\n", e.msg);
-    if (f) fclose(f);
-    if (tmp[0]) remove(tmp);
+    if (f) out_atomic_close(&out, false, NULL);
 done:
     batch_free(&b);
     if (reqs)
