@@ -42,7 +42,7 @@ static const opt_spec *run_option_specs(void)
     static size_t n;
     /* the engine is one replica on one GPU: the cluster options are the simulator's */
     static const char *const skip[] = {"cost-model", "gpu", "num-replicas", "router", "router-load-cap",
-                                       "tensor-parallel-size", "max-concurrency", NULL};
+                                       "tensor-parallel-size", NULL};
     if (!table) {
         opts_join(&table, &n, serving_option_specs(), offsetof(run_options, serving), skip);
         opts_join(&table, &n, run_own_specs, 0, NULL);

@@ -541,8 +541,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
 {
     if (clock->real_time) {
         const char *flag = o->num_replicas > 1 ? "num-replicas"
-                           : o->tensor_parallel_size > 1 ? "tensor-parallel-size"
-                           : o->max_concurrency > 0 ? "max-concurrency" : NULL;
+                           : o->tensor_parallel_size > 1 ? "tensor-parallel-size" : NULL;
         if (flag) return terr_set(e, "--%s: the engine serves one replica on one GPU; this is a `tandem sim` option", flag), 2;
     }
     trace_options to;

@@ -157,21 +157,33 @@ static request *make_request(loop_state *L, const arrival *a, int64_t id)
 }
 
 /* Gives r to R's policy, or rejects it on arrival if it can never run there. */
-static void admit(replica *R, request *r)
+static void reject_request(loop_state *L, request *r, reject_reason why)
+{
+    r->state = REQ_REJECTED;
+    r->reject_reason = why;
+    r->finish_ns = r->arrival_ns;
+    L->num_rejected++;
+    retire(L, r);
+}
+
+/* Rejects r at once if it can never run on R (too long for the model or the KV cache): it
+ * leaves the system when it arrives, busy replica or not. */
+static bool rejected_on_arrival(replica *R, request *r)
 {
     loop_state *L = R->L;
     reject_reason why = serve_admission_check(&L->cfg->sched, R->kv.num_blocks, r->prompt_tokens,
                                               r->max_output_tokens);
-    if (why == REJECT_NONE) why = L->cfg->policy->add_request(R->policy, r);
-    if (why != REJECT_NONE) {
-        r->state = REQ_REJECTED;
-        r->reject_reason = why;
-        r->finish_ns = r->arrival_ns;
-        L->num_rejected++;
-        retire(L, r);
-        return;
-    }
-    live_add(R, r);
+    if (why == REJECT_NONE) return false;
+    reject_request(L, r, why);
+    return true;
+}
+
+static void admit(replica *R, request *r)
+{
+    if (rejected_on_arrival(R, r)) return;
+    reject_reason why = R->L->cfg->policy->add_request(R->policy, r);
+    if (why != REJECT_NONE) reject_request(R->L, r, why);
+    else live_add(R, r);
 }
 
 static void finish(replica *R, request *r)
@@ -323,6 +335,37 @@ static int max_steps_reached(loop_state *L, terr *e)
 
 /* ---- one replica: the loop both backends run ---- */
 
+/* Whether the closed loop (--max-concurrency) holds arrivals now. */
+static bool held(const loop_state *L)
+{
+    return L->cfg->max_concurrency > 0 && L->outstanding >= L->cfg->max_concurrency;
+}
+
+/* Takes the arrivals before `until` that the closed loop lets in: straight to R's policy (R),
+ * arriving at the later of their trace time and now; or, R NULL, into replica 0's inbox at their
+ * trace time (they arrived during a step; one that can never run is rejected at once, as the
+ * cluster loop does). Returns -1 with e set if the trace fails. */
+static int take_arrivals(loop_state *L, arrival_source src, arrival *next, int *have, int64_t *next_id,
+                         int64_t until, replica *R, terr *e)
+{
+    while (*have == 1 && next->arrival_ns < until && !held(L)) {
+        request *r = make_request(L, next, (*next_id)++);
+        if (R) {
+            if (r->arrival_ns < L->now_ns) r->arrival_ns = L->now_ns; /* held until now */
+            admit(R, r);
+        } else if (!rejected_on_arrival(&L->reps[0], r)) {
+            replica *Q = &L->reps[0];
+            r->next = NULL;
+            if (Q->inbox_tail) Q->inbox_tail->next = r;
+            else Q->inbox_head = r;
+            Q->inbox_tail = r;
+        }
+        *have = src.next(src.self, next, e);
+        if (*have < 0) return -1;
+    }
+    return 0;
+}
+
 static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
 {
     const serve_config *cfg = L->cfg;
@@ -341,15 +384,20 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
 
     while (rc == 0) {
         L->now_ns = clock->now(clock);
-        while (have == 1 && next.arrival_ns <= L->now_ns) {
-            admit(R, make_request(L, &next, next_id++));
-            have = src.next(src.self, &next, e);
-            if (have < 0) {
-                rc = -1;
-                break;
-            }
+        /* what arrived during the last step (R's inbox), then what arrives now: a request held by
+         * the closed loop arrives when it is let in */
+        while (R->inbox_head) {
+            request *r = R->inbox_head;
+            R->inbox_head = r->next;
+            admit(R, r);
         }
-        if (rc) break;
+        R->inbox_tail = NULL;
+        if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns + 1, R, e)) {
+            rc = -1;
+            break;
+        }
+        /* an arrival that can come in without a request ending first */
+        const bool can_arrive = have == 1 && !held(L);
         if (R->num_live == 0) {
             if (have == 0) break;
             idle_ns += wait_for(clock, next.arrival_ns, timed);
@@ -366,7 +414,7 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
                 if (L->m) metrics_preempted(L->m, R->step, L->now_ns, b);
                 continue;
             }
-            if (have == 1) { /* nothing runnable now; something may change when the next request comes */
+            if (can_arrive) { /* nothing runnable now; something may change when the next request comes */
                 idle_ns += wait_for(clock, next.arrival_ns, timed);
                 continue;
             }
@@ -386,6 +434,12 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         int64_t start = L->now_ns;
         clock->advance(clock, out.duration_ns);
         L->now_ns = clock->now(clock);
+        /* requests that arrived during the step are in the system before its finishes leave it
+         * (the closed loop counts them so); the policy gets them at the step's end */
+        if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns, NULL, e)) {
+            rc = -1;
+            break;
+        }
         apply_step(R, &out, start, sched_ns);
         /* kernel times come later than their steps: those of earlier steps (this one's, maybe) */
         if (L->m && out.num_kernel_times) metrics_step_kernels(L->m, out.kernel_times, (size_t)out.num_kernel_times);
@@ -490,7 +544,6 @@ static void mark_dirty(replica *R, replica **dirty, int32_t *num_dirty)
 
 static int run_cluster(loop_state *L, arrival_source src, tclock *clock, const router_ops *router, void *rt, terr *e)
 {
-    const serve_config *cfg = L->cfg;
     const int32_t N = L->num_replicas;
     rep_heap busy = {.items = xcalloc((size_t)N, sizeof *busy.items)};
     replica **dirty = xcalloc((size_t)N, sizeof *dirty);
@@ -504,8 +557,7 @@ static int run_cluster(loop_state *L, arrival_source src, tclock *clock, const r
 
     while (rc == 0) {
         /* the next event: an arrival (unless the closed loop holds it) or the earliest step end */
-        bool held = cfg->max_concurrency > 0 && L->outstanding >= cfg->max_concurrency;
-        int64_t t_arr = have == 1 && !held ? max_i64(next.arrival_ns, L->now_ns) : INT64_MAX;
+        int64_t t_arr = have == 1 && !held(L) ? max_i64(next.arrival_ns, L->now_ns) : INT64_MAX;
         int64_t t_step = busy.n ? busy.items[0]->end_ns : INT64_MAX;
         if (t_arr == INT64_MAX && t_step == INT64_MAX && num_dirty == 0) {
             /* nothing can happen: whatever idle replicas hold, their policies will never run */
@@ -534,11 +586,13 @@ static int run_cluster(loop_state *L, arrival_source src, tclock *clock, const r
                 L->load[k].outstanding++;
                 L->load[k].pending_prefill_tokens += r->prompt_tokens;
                 replica *R = &L->reps[k];
-                r->next = NULL;
-                if (R->inbox_tail) R->inbox_tail->next = r;
-                else R->inbox_head = r;
-                R->inbox_tail = r;
-                mark_dirty(R, dirty, &num_dirty);
+                if (!rejected_on_arrival(R, r)) {
+                    r->next = NULL;
+                    if (R->inbox_tail) R->inbox_tail->next = r;
+                    else R->inbox_head = r;
+                    R->inbox_tail = r;
+                    mark_dirty(R, dirty, &num_dirty);
+                }
                 have = src.next(src.self, &next, e);
                 if (have < 0) rc = -1;
                 if (have == 0) /* replicas waiting for an arrival wait for nothing now */
@@ -622,9 +676,9 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
               const serve_hooks *hooks, serve_result *res, terr *e)
 {
     const int32_t N = cfg->num_replicas > 1 ? cfg->num_replicas : 1;
-    const bool cluster = N > 1 || cfg->max_concurrency > 0 || cfg->cluster_loop;
+    const bool cluster = N > 1 || cfg->cluster_loop;
     if (cluster && clock->real_time)
-        return terr_set(e, "--num-replicas and --max-concurrency are simulator options: a real engine is one replica");
+        return terr_set(e, "--num-replicas is a simulator option: a real engine is one replica");
     if (N > 1 && !cfg->router) return terr_set(e, "--router: a cluster of %d replicas needs one", N);
     loop_state L = {.cfg = cfg, .ex = ex, .m = m, .hooks = hooks, .num_replicas = N};
     const void *knobs = cfg->policy_knobs;

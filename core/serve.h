@@ -14,7 +14,7 @@
  * simulated time over the cost model or in real time on the GPU. For a given input, config and
  * seed the run is deterministic.
  *
- * A cluster (num_replicas > 1, or max_concurrency > 0) runs the same loop per replica, each
+ * A cluster (num_replicas > 1) runs the same loop per replica, each
  * with its own block manager, queues, policy instance and random stream, all on one executor
  * kind, in one discrete-event loop: the next event is the earliest of the next arrival and the
  * replicas' step ends (a heap of busy replicas by (end time, index), so ties break the same way
@@ -28,7 +28,9 @@
  *
  * max_concurrency > 0 replays a closed loop, as `vllm bench serve --max-concurrency`: at most
  * that many requests are outstanding; an arrival that finds them all taken waits until one
- * ends, and its arrival time (the start of its TTFT) is when it is sent.
+ * ends, and its arrival time (the start of its TTFT) is when it is sent. Both loops run it (a
+ * request that arrives during a step is outstanding from its arrival, before the step's
+ * finishes leave), so it runs on the engine too.
  *
  * Every request of the trace ends exactly once, finished or rejected with a reason, and is
  * counted: a request that can never run is rejected on arrival; if a policy ever leaves live

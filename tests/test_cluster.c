@@ -91,6 +91,9 @@ START_TEST(one_replica_in_the_cluster_loop_matches_the_single_loop)
         {"scheduling-policy", "srpt", "length-predictor-error", "0.5", NULL},
         {"scheduling-policy", "static", "max-num-seqs", "8", NULL},
         {"scheduling-policy", "orca", "max-num-seqs", "16", "max-model-len", "2048", NULL},
+        /* the closed loop: one replica runs it in the single loop too */
+        {"scheduling-policy", "vllm", "num-gpu-blocks-override", "600", "max-concurrency", "8", NULL},
+        {"scheduling-policy", "sarathi", "max-concurrency", "3", NULL},
     };
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         const char *args[40];

@@ -147,6 +147,31 @@ START_TEST(engine_and_simulator_run_the_same_schedule)
     same_schedule("recompute", "--preemption-mode", "recompute", "num_preemptions");
     same_schedule("swap", "--preemption-mode", "swap", "swap_blocks");
     same_schedule("static", "--scheduling-policy", "static", "padding_tokens");
+    /* the closed loop (vllm bench serve --max-concurrency): 2 outstanding, the rest let in as
+     * requests end, the same on the engine as in the simulator */
+    same_schedule("closed", "--max-concurrency", "2", "decode_tokens");
+    char path[4400];
+    snprintf(path, sizeof path, "%s/run-closed/requests.csv", dir);
+    char *csv = slurp(path, NULL);
+    ck_assert_msg(csv, "no %s", path);
+    double arr[64], fin[64];
+    int n = 0, held = 0;
+    for (char *line = strchr(csv, '\n') + 1; *line && n < 64; n++) {
+        arr[n] = strtod(strchr(line, ',') + 1, NULL);
+        char *p = line;
+        for (int k = 0; k < 4; k++) p = strchr(p, ',') + 1;
+        fin[n] = strtod(p, NULL);
+        held += arr[n] > 0;
+        line = strchr(line, '\n') + 1;
+    }
+    ck_assert_int_eq(n, 12);
+    ck_assert_msg(held >= 9, "only %d of 12 requests were held by --max-concurrency 2", held);
+    for (int i = 0; i < n; i++) {
+        int live = 0;
+        for (int j = 0; j < n; j++) live += j != i && arr[j] <= arr[i] && fin[j] > arr[i];
+        ck_assert_msg(live <= 1, "a request arrived with %d others outstanding (--max-concurrency 2)", live);
+    }
+    free(csv);
 }
 END_TEST
 
