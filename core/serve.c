@@ -341,17 +341,22 @@ static bool held(const loop_state *L)
     return L->cfg->max_concurrency > 0 && L->outstanding >= L->cfg->max_concurrency;
 }
 
-/* Takes the arrivals before `until` that the closed loop lets in: straight to R's policy (R),
- * arriving at the later of their trace time and now; or, R NULL, into replica 0's inbox at their
- * trace time (they arrived during a step; one that can never run is rejected at once, as the
- * cluster loop does). Returns -1 with e set if the trace fails. */
+/* Takes the arrivals before `until` that the closed loop lets in: straight to R's policy (R), or,
+ * R NULL, into replica 0's inbox (they arrived during a step; one that can never run is rejected
+ * at once, as the cluster loop does). A request held by the closed loop arrives when it is let
+ * in (*next_held), the others at their trace time. Returns -1 with e set if the trace fails. */
 static int take_arrivals(loop_state *L, arrival_source src, arrival *next, int *have, int64_t *next_id,
-                         int64_t until, replica *R, terr *e)
+                         int64_t until, replica *R, bool *next_held, terr *e)
 {
-    while (*have == 1 && next->arrival_ns < until && !held(L)) {
+    while (*have == 1 && next->arrival_ns < until) {
+        if (held(L)) { /* it has arrived and waits for a request to end */
+            *next_held = true;
+            break;
+        }
         request *r = make_request(L, next, (*next_id)++);
+        const bool was_held = *next_held;
+        if (was_held) r->arrival_ns = L->now_ns; /* sent now */
         if (R) {
-            if (r->arrival_ns < L->now_ns) r->arrival_ns = L->now_ns; /* held until now */
             admit(R, r);
         } else if (!rejected_on_arrival(&L->reps[0], r)) {
             replica *Q = &L->reps[0];
@@ -362,6 +367,8 @@ static int take_arrivals(loop_state *L, arrival_source src, arrival *next, int *
         }
         *have = src.next(src.self, next, e);
         if (*have < 0) return -1;
+        /* behind a held request, what has arrived by now waited too */
+        *next_held = was_held && *have == 1 && next->arrival_ns < L->now_ns;
     }
     return 0;
 }
@@ -376,6 +383,7 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
     arrival next;
     int have = src.next(src.self, &next, e);
     int64_t next_id = 0;
+    bool next_held = false; /* the next arrival came while the closed loop was full */
     if (have < 0) rc = -1;
     /* Host time of the loop itself, for an executor that measures real work: from the previous
      * step's return to this step's call, less the time spent idle waiting for arrivals. */
@@ -392,7 +400,7 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
             admit(R, r);
         }
         R->inbox_tail = NULL;
-        if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns + 1, R, e)) {
+        if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns + 1, R, &next_held, e)) {
             rc = -1;
             break;
         }
@@ -436,7 +444,7 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         L->now_ns = clock->now(clock);
         /* requests that arrived during the step are in the system before its finishes leave it
          * (the closed loop counts them so); the policy gets them at the step's end */
-        if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns, NULL, e)) {
+        if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns, NULL, &next_held, e)) {
             rc = -1;
             break;
         }
