@@ -872,6 +872,30 @@ int reduce_select_distinct(FILE *out, const char *file, const char *const *adds,
 
 /* ---- cross ----------------------------------------------------------------------------------- */
 
+/* The columns of a comma-separated --by list (at most 16) into cb[*nb]; -1 with e set. */
+static int by_columns(csv_rows *t, const char *by, int cb[16], int *nb, terr *e)
+{
+    *nb = 0;
+    for (const char *s = by; s && *s;) {
+        const char *comma = strchr(s, ',');
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(comma ? (size_t)(comma - s) : strlen(s)), s);
+        if (*nb == 16) return terr_set(e, "--by: at most 16 columns");
+        if ((cb[(*nb)++] = csv_rows_need(t, name, e)) < 0) return -1;
+        s = comma ? comma + 1 : s + strlen(s);
+    }
+    return 0;
+}
+
+/* The current row's values of the --by columns, comma-joined into key (n bytes). */
+static void group_key(csv_rows *t, const int *cb, int nb, char *key, size_t n)
+{
+    size_t used = 0;
+    key[0] = '\0';
+    for (int k = 0; k < nb; k++)
+        used += (size_t)snprintf(key + used, used < n ? n - used : 0, "%s%s", k ? "," : "", csv_rows_at(t, cb[k]));
+}
+
 typedef struct cross_group {
     char *key;          /* the BY columns' values, comma-joined */
     double *x, *y;      /* (n) the group's rows in file order */
@@ -896,14 +920,7 @@ int reduce_cross(FILE *out, const char *file, const char *xcol, const char *ycol
     if (csv_rows_open(&t, file, e)) return -1;
     int cx = csv_rows_need(&t, xcol, e), cy = cx < 0 ? -1 : csv_rows_need(&t, ycol, e), rc = cy < 0 ? -1 : 0;
     int cb[16], nb = 0;
-    for (const char *s = by; !rc && s && *s;) {
-        const char *comma = strchr(s, ',');
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(comma ? (size_t)(comma - s) : strlen(s)), s);
-        if (nb == 16) rc = terr_set(e, "--by: at most 16 columns");
-        else if ((cb[nb++] = csv_rows_need(&t, name, e)) < 0) rc = -1;
-        s = comma ? comma + 1 : s + strlen(s);
-    }
+    if (!rc) rc = by_columns(&t, by, cb, &nb, e);
     cross_group *g = NULL;
     size_t ng = 0, cap = 0;
     for (int more; !rc && (more = csv_rows_next(&t, e)) != 0;) {
@@ -911,11 +928,8 @@ int reduce_cross(FILE *out, const char *file, const char *xcol, const char *ycol
             rc = -1;
             break;
         }
-        char key[1024] = "";
-        size_t used = 0;
-        for (int k = 0; k < nb; k++)
-            used += (size_t)snprintf(key + used, used < sizeof key ? sizeof key - used : 0, "%s%s", k ? "," : "",
-                                     csv_rows_at(&t, cb[k]));
+        char key[1024];
+        group_key(&t, cb, nb, key, sizeof key);
         double x, y;
         const char *xs = csv_rows_at(&t, cx), *ys = csv_rows_at(&t, cy);
         if (parse_f64(xs, &x) || parse_f64(ys, &y)) {
@@ -1121,14 +1135,7 @@ int reduce_best(FILE *out, const char *file, const char *xcol, const char *by, c
     csv_rows t;
     if (csv_rows_open(&t, file, e)) return -1;
     int cx = csv_rows_need(&t, xcol, e), rc = cx < 0 ? -1 : 0, cb[16], nb = 0;
-    for (const char *s = by; !rc && s && *s;) {
-        const char *comma = strchr(s, ',');
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(comma ? (size_t)(comma - s) : strlen(s)), s);
-        if (nb == 16) rc = terr_set(e, "--by: at most 16 columns");
-        else if ((cb[nb++] = csv_rows_need(&t, name, e)) < 0) rc = -1;
-        s = comma ? comma + 1 : s + strlen(s);
-    }
+    if (!rc) rc = by_columns(&t, by, cb, &nb, e);
     best_spec *b = xcalloc((size_t)ns, sizeof *b);
     for (int j = 0; !rc && j < ns; j++) rc = best_spec_init(&b[j], specs[j], &t, e);
     best_group *g = NULL;
@@ -1138,11 +1145,8 @@ int reduce_best(FILE *out, const char *file, const char *xcol, const char *by, c
             rc = -1;
             break;
         }
-        char key[1024] = "";
-        size_t used = 0;
-        for (int k = 0; k < nb; k++)
-            used += (size_t)snprintf(key + used, used < sizeof key ? sizeof key - used : 0, "%s%s", k ? "," : "",
-                                     csv_rows_at(&t, cb[k]));
+        char key[1024];
+        group_key(&t, cb, nb, key, sizeof key);
         size_t i = 0;
         while (i < ng && strcmp(g[i].key, key)) i++;
         if (i == ng) {
