@@ -33,16 +33,22 @@ static double num(json_t *o, const char *key)
     return json_number_value(v);
 }
 
+/* Profiles the tiny model on the CPU engine into `profile`. */
+static void measure_profile(void)
+{
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "3",
+                           "--out", profile, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
+    cli_result_free(&r);
+}
+
 static void setup(void)
 {
     dir = make_temp_dir("profile");
     snprintf(profile, sizeof profile, "%s/tiny.csv", dir);
     snprintf(trace, sizeof trace, "%s/t.csv", dir);
-    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "3",
-                           "--out", profile, "--quiet", NULL);
-    ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
-    cli_result_free(&r);
-    r = run_cli("trace", "gen", "--num-requests", "40", "--rate", "40", "--length-dist", "uniform", "--input-len", "96",
+    measure_profile();
+    cli_result r = run_cli("trace", "gen", "--num-requests", "40", "--rate", "40", "--length-dist", "uniform", "--input-len", "96",
                 "--output-len", "48", "--range-ratio", "0.5", "--seed", "5", "--out", trace, NULL);
     ck_assert_msg(r.exit_code == 0, "%s", r.err);
     cli_result_free(&r);
@@ -77,11 +83,12 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
 }
 END_TEST
 
-START_TEST(simulation_from_the_profile_matches_the_engine)
+/* Serves the trace on the CPU engine into run_out and simulates it from the profile into
+ * sim_out; checks what does not depend on the machine's load, and returns whether the headline
+ * metrics agree within the bounds (why says which does not). */
+static bool served_as_simulated(const char *run_out, const char *sim_out, char *why, size_t n)
 {
-    char run_out[4300], sim_out[4300], spec[4300];
-    snprintf(run_out, sizeof run_out, "%s/run", dir);
-    snprintf(sim_out, sizeof sim_out, "%s/sim", dir);
+    char spec[4300];
     snprintf(spec, sizeof spec, "profile:%s", profile);
     cli_result r = run_cli("run", "--trace", trace, "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS,
                            "--out", run_out, "--quiet", NULL);
@@ -102,16 +109,38 @@ START_TEST(simulation_from_the_profile_matches_the_engine)
     /* Bounds a loaded 2-core machine keeps (its step times wander by 10-20% under other jobs);
      * the roofline, which knows nothing of this CPU, is off by orders of magnitude. */
     const char *keys[] = {"duration", "output_throughput", "median_tpot_ms", "median_e2el_ms"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    bool ok = true;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && ok; i++) {
         double a = num(m, keys[i]), b = num(s, keys[i]), rel = (b - a) / a;
-        ck_assert_msg(rel > -0.35 && rel < 0.35, "%s: measured %.3f, simulated from the profile %.3f (%+.0f%%)",
-                      keys[i], a, b, 100 * rel);
+        if (!(rel > -0.35 && rel < 0.35)) {
+            snprintf(why, n, "%s: measured %.3f, simulated from the profile %.3f (%+.0f%%)", keys[i], a, b, 100 * rel);
+            ok = false;
+        }
     }
     json_decref(m);
     json_decref(s);
+    return ok;
+}
+
+START_TEST(simulation_from_the_profile_matches_the_engine)
+{
+    char run_out[4300], sim_out[4300], why[512] = "";
+    snprintf(run_out, sizeof run_out, "%s/run", dir);
+    snprintf(sim_out, sizeof sim_out, "%s/sim", dir);
+    /* The profile and the run are measured at different moments: when other jobs load the
+     * machine during one and not the other, the two disagree by the load, not by the model.
+     * Once, the profile is measured again beside a second run. */
+    bool ok = served_as_simulated(run_out, sim_out, why, sizeof why);
+    if (!ok) {
+        printf("  profile vs run, first try: %s; measuring the profile again\n", why);
+        measure_profile();
+        ok = served_as_simulated(run_out, sim_out, why, sizeof why);
+    }
+    ck_assert_msg(ok, "%s", why);
 
     /* and tandem compare closes the loop: every step re-predicted from its shape by the profile */
     char cmp_out[4300];
+    cli_result r;
     snprintf(cmp_out, sizeof cmp_out, "%s/cmp", dir);
     r = run_cli("compare", run_out, sim_out, "--out", cmp_out, "--no-figures", "--quiet", NULL);
     ck_assert_msg(r.exit_code == 0, "compare: %s", r.err);
