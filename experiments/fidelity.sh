@@ -37,7 +37,8 @@
 #               (`lto`: leave W's trace out; chat, chat16, preempt, preempt-swap, static and
 #               static-vllm all replay Azure chat, so `loo` has seen W's requests served
 #               under another budget). Writes experiments/results/fidelity/calibrate.csv and
-#               calibrate_steps.csv: report's columns, with `profile` for the cost model.
+#               calibrate_steps.csv: report's columns, with `profile` for the cost model (MODEL's
+#               rows replaced, other models' kept).
 # `fidelity.sh` alone does report and plot.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -147,9 +148,14 @@ calibrate() {
     while IFS='|' read -r name trace flags; do
         [ -f "$dir/$name/summary.json" ] && names+=("$name")
     done < <(workloads)
+    # shellcheck disable=SC2064 # the paths are fixed now
+    trap "rm -f '$table.tmp' '$steps.tmp'" EXIT # a failed run leaves the tables as they were
     echo "model,workload,profile,metric,measured,simulated,rel_error,spread" > "$table.tmp"
     echo "model,workload,profile,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
         > "$steps.tmp"
+    # the other models' rows stay (the first field is the model)
+    if [ -f "$table" ]; then tail -n +2 "$table" | { grep -v "^$model," || true; } >> "$table.tmp"; fi
+    if [ -f "$steps" ]; then tail -n +2 "$steps" | { grep -v "^$model," || true; } >> "$steps.tmp"; fi
     while IFS='|' read -r name trace flags; do
         [ -f "$dir/$name/summary.json" ] || continue
         local loo=() lto=() other
