@@ -18,7 +18,7 @@
  * kernels a layer: norm + QKV GEMM + RoPE + KV write, attention, O GEMM + residual, norm +
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
  * small kernel cost more in launch and drain than its work. From 4 rows the cuBLAS path is
- * faster (measured decode steps: B4 4.94 against 5.63 ms fused, B8 5.49 against 9.44): the
+ * faster (`bench_engine_gpu steps`: B4 4.94 against 5.63 ms fused, B8 5.49 against 9.44): the
  * weight-streaming kernel multiplies on CUDA cores, whose work per weight byte grows with M. Pure-decode steps of one sequence
  * run all layers in one persistent kernel instead, where it supports the model's shape
  * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
