@@ -333,6 +333,26 @@ static int max_steps_reached(loop_state *L, terr *e)
     return 0;
 }
 
+/* r arrived for R while R is busy: it waits in R's inbox, in arrival order. */
+static void inbox_push(replica *R, request *r)
+{
+    r->next = NULL;
+    if (R->inbox_tail) R->inbox_tail->next = r;
+    else R->inbox_head = r;
+    R->inbox_tail = r;
+}
+
+/* R is about to schedule: its inbox goes to its policy. */
+static void admit_inbox(replica *R)
+{
+    while (R->inbox_head) {
+        request *r = R->inbox_head;
+        R->inbox_head = r->next;
+        admit(R, r);
+    }
+    R->inbox_tail = NULL;
+}
+
 /* ---- one replica: the loop both backends run ---- */
 
 /* Whether the closed loop (--max-concurrency) holds arrivals now. */
@@ -359,11 +379,7 @@ static int take_arrivals(loop_state *L, arrival_source src, arrival *next, int *
         if (R) {
             admit(R, r);
         } else if (!rejected_on_arrival(&L->reps[0], r)) {
-            replica *Q = &L->reps[0];
-            r->next = NULL;
-            if (Q->inbox_tail) Q->inbox_tail->next = r;
-            else Q->inbox_head = r;
-            Q->inbox_tail = r;
+            inbox_push(&L->reps[0], r);
         }
         *have = src.next(src.self, next, e);
         if (*have < 0) return -1;
@@ -394,12 +410,7 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         L->now_ns = clock->now(clock);
         /* what arrived during the last step (R's inbox), then what arrives now: a request held by
          * the closed loop arrives when it is let in */
-        while (R->inbox_head) {
-            request *r = R->inbox_head;
-            R->inbox_head = r->next;
-            admit(R, r);
-        }
-        R->inbox_tail = NULL;
+        admit_inbox(R);
         if (take_arrivals(L, src, &next, &have, &next_id, L->now_ns + 1, R, &next_held, e)) {
             rc = -1;
             break;
@@ -509,12 +520,7 @@ static replica *heap_pop(rep_heap *h)
 static int schedule_replica(loop_state *L, replica *R, rep_heap *busy, bool arrivals_left, terr *e)
 {
     const serve_config *cfg = L->cfg;
-    while (R->inbox_head) {
-        request *r = R->inbox_head;
-        R->inbox_head = r->next;
-        admit(R, r);
-    }
-    R->inbox_tail = NULL;
+    admit_inbox(R);
     R->dirty = false;
     batch *b = &R->b;
     while (R->num_live > 0) {
@@ -595,10 +601,7 @@ static int run_cluster(loop_state *L, arrival_source src, tclock *clock, const r
                 L->load[k].pending_prefill_tokens += r->prompt_tokens;
                 replica *R = &L->reps[k];
                 if (!rejected_on_arrival(R, r)) {
-                    r->next = NULL;
-                    if (R->inbox_tail) R->inbox_tail->next = r;
-                    else R->inbox_head = r;
-                    R->inbox_tail = r;
+                    inbox_push(R, r);
                     mark_dirty(R, dirty, &num_dirty);
                 }
                 have = src.next(src.self, &next, e);
