@@ -17,8 +17,10 @@
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
  * all; the free blocks shuffled first, as a running server's are), `--warmup` times untimed and
  * `--repeats` times timed; the file keeps the median, the
- * 10th and 90th percentiles, min and max. The context's KV is whatever the cache holds (a
- * step's time does not depend on the values).
+ * 10th and 90th percentiles, min and max. A GPU point runs untimed for --settle-ms first, so that
+ * it is timed at the clocks a stream of such steps runs at. The context's KV is whatever the cache
+ * holds: values, since the CUDA engine opens with its cache filled (reading zeros draws less
+ * power, and ran large decodes 1.5-3.5% and mixed steps up to 8% faster).
  *
  * Output (--out FILE, complete or absent: core/util.h out_atomic): `#` lines of provenance
  * (model, GPU row, device and driver as nvidia-smi reports them, backend, options, tandem's
@@ -53,10 +55,18 @@
 #include "engine/engine_executor.h"
 #include "sim/profile_model.h"
 
+/* How long a GPU point runs untimed before it is timed. The board's clocks follow its power
+ * draw with a lag of a few hundred ms, and a serving engine runs steps back to back: a point
+ * timed from a cold start runs at clocks a server does not see (an H200's SM clock moves between
+ * 1410 and 1980 MHz at its 700 W cap). Measured against a replay of every fidelity workload on the
+ * same H200 (experiments/fidelity.sh), 300 ms took the step bias of the offline workload from
+ * -4.5% to -2.8% and of Azure code's mixed steps from -12% to -5%. */
+#define GPU_SETTLE_MS 300
+
 typedef struct profile_options {
     serving_options serving;
     engine_flags engine;
-    int64_t repeats, warmup;
+    int64_t repeats, warmup, settle_ms;
     char *profile_out;
 } profile_options;
 
@@ -65,6 +75,8 @@ static const opt_spec profile_own_specs[] = {
     {"out", OPT_STR, O(profile_out), "", "profile file to write (required)"},
     {"repeats", OPT_I64, O(repeats), "5", "timed steps per grid point"},
     {"warmup", OPT_I64, O(warmup), "2", "untimed steps per grid point before them"},
+    {"settle-ms", OPT_I64, O(settle_ms), "-1",
+     "and untimed steps until this much step time has passed (-1: 300 on the cuda backend, 0 on cpu)"},
     OPT_END,
 };
 #undef O
@@ -189,7 +201,7 @@ typedef struct measured {
 
 /* Builds p's batch, runs it warmup + repeats times, and frees its blocks. */
 static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const grid_point *p, int64_t warmup,
-                   int64_t repeats, step_shape *shape, measured *m, terr *e)
+                   int64_t settle_ms, int64_t repeats, step_shape *shape, measured *m, terr *e)
 {
     batch_clear(b);
     int32_t k = 0;
@@ -203,10 +215,16 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
     } else {
         *shape = batch_shape(b);
         samples s = {0};
-        for (int64_t i = 0; i < warmup + repeats && !rc; i++) {
+        int64_t settled_ns = 0;
+        for (int64_t i = 0; (i < warmup || settled_ns < settle_ms * 1000000) && !rc; i++) {
             step_result out;
             rc = ex.ops->execute(ex.self, b, &out, e);
-            if (!rc && i >= warmup) samples_add(&s, (double)out.duration_ns / 1e6);
+            if (!rc) settled_ns += out.duration_ns;
+        }
+        for (int64_t i = 0; i < repeats && !rc; i++) {
+            step_result out;
+            rc = ex.ops->execute(ex.self, b, &out, e);
+            if (!rc) samples_add(&s, (double)out.duration_ns / 1e6);
         }
         if (!rc) {
             *m = (measured){samples_percentile(&s, 50), samples_percentile(&s, 10), samples_percentile(&s, 90),
@@ -258,7 +276,8 @@ static void write_header(FILE *f, const profile_options *o, const serving_setup 
     fprintf(f, "# max_num_batched_tokens: %d\n", g->max_tokens);
     fprintf(f, "# max_model_len: %d\n", g->max_len);
     fprintf(f, "# weight_seed: %lld\n", (long long)o->engine.weight_seed);
-    fprintf(f, "# repeats: %lld\n# warmup: %lld\n", (long long)o->repeats, (long long)o->warmup);
+    fprintf(f, "# repeats: %lld\n# warmup: %lld\n# settle_ms: %lld\n", (long long)o->repeats, (long long)o->warmup,
+            (long long)o->settle_ms);
     fprintf(f, "# tandem: %s\n", tandem_version);
     fprintf(f, "# date: %s\n", date);
     fprintf(f, "# command: tandem");
@@ -306,13 +325,22 @@ int profile_main(int argc, char **argv)
         terr_set(&e, "--out FILE is required (see --help)");
         goto fail;
     }
-    if (o.repeats < 1 || o.repeats > 1000 || o.warmup < 0 || o.warmup > 1000) {
-        terr_set(&e, "--repeats must be in [1, 1000] and --warmup in [0, 1000]");
+    if (o.repeats < 1 || o.repeats > 1000) {
+        terr_set(&e, "--repeats %lld: must be in [1, 1000]", (long long)o.repeats);
+        goto fail;
+    }
+    if (o.warmup < 0 || o.warmup > 1000) {
+        terr_set(&e, "--warmup %lld: must be in [0, 1000]", (long long)o.warmup);
+        goto fail;
+    }
+    if (o.settle_ms < -1 || o.settle_ms > 60000) {
+        terr_set(&e, "--settle-ms %lld: must be in [0, 60000], or -1 for the backend's default", (long long)o.settle_ms);
         goto fail;
     }
     su.sched.max_num_seqs = (int32_t)o.serving.max_num_seqs;
     su.sched.max_num_batched_tokens = (int32_t)o.serving.max_num_batched_tokens;
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
+    if (o.settle_ms < 0) o.settle_ms = strcmp(eng.ops->name, "cuda") ? 0 : GPU_SETTLE_MS;
     opened = true;
     code = 2;
     if (engine_executor_create(&ex, &eng, 0, 1, 0, &e)) goto fail;
@@ -337,7 +365,7 @@ int profile_main(int argc, char **argv)
     for (size_t i = 0; i < g.n; i++) {
         step_shape s = {0};
         measured m = {0};
-        if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.repeats, &s, &m, &e)) {
+        if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.settle_ms, o.repeats, &s, &m, &e)) {
             code = 1;
             goto fail;
         }

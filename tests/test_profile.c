@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "core/clock.h"
 #include "core/util.h"
 #include "testutil.h"
 
@@ -61,7 +62,7 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
     char *text = slurp(profile, NULL);
     ck_assert_msg(text, "no profile written");
     const char *want[] = {"# tandem profile 1\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
-                          "# block_size: 16\n", "# tandem: ", "# date: ", "# command: tandem profile",
+                          "# block_size: 16\n", "# settle_ms: 0\n", "# tandem: ", "# date: ", "# command: tandem profile",
                           "\nkind,num_prefill_seqs,", "\nprefill,", "\ndecode,", "\nmixed,"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]), "the profile lacks \"%s\":\n%.600s", want[i], text);
@@ -80,6 +81,32 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
                       "the temporary %s was left behind", de->d_name);
     closedir(d);
     free(text);
+}
+END_TEST
+
+/* --settle-ms runs every point untimed for that long first (the CPU backend's default is none);
+ * a value out of range names the flag. */
+START_TEST(settle_runs_each_point_untimed_first)
+{
+    char out[4300];
+    snprintf(out, sizeof out, "%s/settled.csv", dir);
+    int64_t t0 = clock_mono_ns();
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "1",
+                           "--warmup", "0", "--settle-ms", "150", "--out", out, "--quiet", NULL);
+    double wall_s = (double)(clock_mono_ns() - t0) / 1e9;
+    ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(out, NULL);
+    ck_assert_msg(text && strstr(text, "# settle_ms: 150\n"), "the header does not record --settle-ms");
+    int rows = 0;
+    for (char *p = strstr(text, "\nkind,"); p && (p = strchr(p + 1, '\n'));) rows += p[1] && p[1] != '#';
+    free(text);
+    ck_assert_msg(wall_s >= rows * 0.150, "%d points settled for 150 ms each took only %.2f s", rows, wall_s);
+    r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", "--settle-ms", "-2", "--out", out,
+                NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(strstr(r.err, "--settle-ms -2"), "the error does not name the flag: %s", r.err);
+    cli_result_free(&r);
 }
 END_TEST
 
@@ -395,6 +422,7 @@ int main(void)
     tcase_add_unchecked_fixture(tc, setup, teardown); /* one profile for every test */
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, profile_file_has_provenance_and_every_kind_of_step);
+    tcase_add_test(tc, settle_runs_each_point_untimed_first);
     tcase_add_test(tc, simulation_from_the_profile_matches_the_engine);
     tcase_add_test(tc, bad_profiles_are_named_by_file_and_line);
     tcase_add_test(tc, another_models_profile_is_refused_unless_forced);
