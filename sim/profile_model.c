@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/util.h"
 
@@ -176,16 +177,23 @@ const char *profile_shipped_for(const model_config *mc, const gpu_spec *gpu, int
 }
 
 /* Reads the points; -1 with e = "FILE:LINE: ..." on a malformed file. */
-static int read_profile(profile_model *pm, const char *path, point **out, int32_t *n, terr *e)
+/* The profile's text (a file, or shipped:NAME), or NULL with e set. */
+static char *profile_text(const char *path, terr *e)
 {
     char *text;
     if (!strncmp(path, "shipped:", 8)) {
         const struct profile_file *f = shipped(path + 8);
-        if (!f) return terr_set(e, "--cost-model profile:%s: no such shipped profile", path);
-        text = xstrdup(f->text);
-    } else if (!(text = read_text_file(path, NULL, e))) {
-        return terr_set(e, "--cost-model profile:%s: cannot read the profile", path);
+        if (!f) return terr_set(e, "--cost-model profile:%s: no such shipped profile", path), NULL;
+        return xstrdup(f->text);
     }
+    if (!(text = read_text_file(path, NULL, e)))
+        return terr_set(e, "--cost-model profile:%s: cannot read the profile", path), NULL;
+    return text;
+}
+
+/* Parses text (which it cuts into lines) into the provenance and the points. */
+static int read_profile(profile_model *pm, const char *path, char *text, point **out, int32_t *n, terr *e)
+{
     int rc = 0, line_no = 0;
     bool have_header = false;
     size_t cap = 0;
@@ -253,7 +261,6 @@ static int read_profile(profile_model *pm, const char *path, point **out, int32_
         grow_array((void **)out, sizeof **out, &cap, (size_t)*n + 1);
         (*out)[(*n)++] = (point){s, ms, (double)v[11]};
     }
-    free(text);
     if (!rc && !have_header) rc = terr_set(e, "%s: no header row (not a tandem profile?)", path);
     if (!rc && *n < PROFILE_MIN_POINTS) rc = terr_set(e, "%s: %d points are too few to fit a profile", path, *n);
     if (!rc && (!pm->model[0] || !pm->gpu[0] || pm->block_size <= 0))
@@ -407,15 +414,72 @@ static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
     return rc;
 }
 
+/* Parses text (into lines) and fits it into pm, whose path names it in errors. */
+static int fit_text(profile_model *pm, char *text, terr *e)
+{
+    point *pts = NULL;
+    int32_t n = 0;
+    int rc = read_profile(pm, pm->path, text, &pts, &n, e);
+    if (!rc) {
+        place_knots(pm, pts, n);
+        gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
+        rc = fit(pm, pts, n, e);
+        gsl_set_error_handler(handler);
+    }
+    if (!rc) {
+        pm->num_points = n;
+        double *err = xmalloc((size_t)n * sizeof *err);
+        for (int32_t i = 0; i < n; i++) {
+            const step_shape *s = &pts[i].s;
+            err[i] = fabs(predict_ms(pm, s, NULL) / pts[i].ms - 1);
+            pm->max_decode_keys = fmax(pm->max_decode_keys, (double)s->decode_keys);
+            pm->max_prefill_pairs2 = fmax(pm->max_prefill_pairs2, (double)s->prefill_pairs2);
+            pm->max_prefill_keys = fmax(pm->max_prefill_keys, (double)s->prefill_keys);
+            pm->fit_max_abs_error = fmax(pm->fit_max_abs_error, err[i]);
+        }
+        qsort(err, (size_t)n, sizeof *err, cmp_double);
+        pm->fit_median_abs_error = n % 2 ? err[n / 2] : (err[n / 2 - 1] + err[n / 2]) / 2;
+        free(err);
+    }
+    free(pts);
+    return rc;
+}
+
+/* Profiles fitted so far, by their text: a sweep, a cluster's replicas and `search` create the
+ * cost model again and again, and a profile calibrated on serving runs has tens of thousands of
+ * rows (0.2 s to parse and fit). */
+enum { MEMO_SLOTS = 8 };
+static struct fitted {
+    uint64_t hash;
+    size_t len;
+    profile_model pm; /* as fitted: no run's mismatch or counts */
+} memo[MEMO_SLOTS];
+static int memo_used;
+
 static void *profile_create(const model_config *mc, const gpu_spec *gpu, const cost_model_opts *opts, terr *e)
 {
     cost_model_opts o = opts ? *opts : cost_model_opts_default();
     if (!o.arg || !o.arg[0]) return terr_set(e, "--cost-model profile:FILE needs the profile's FILE"), NULL;
+    char *text = profile_text(o.arg, e);
+    if (!text) return NULL;
+    size_t len = strlen(text);
+    uint64_t hash = XXH3_64bits(text, len);
     profile_model *pm = xcalloc(1, sizeof *pm);
+    int slot = 0;
+    while (slot < memo_used && !(memo[slot].hash == hash && memo[slot].len == len)) slot++;
+    if (slot < memo_used) {
+        *pm = memo[slot].pm;
+    } else {
+        snprintf(pm->path, sizeof pm->path, "%s", o.arg);
+        if (fit_text(pm, text, e)) {
+            free(text);
+            free(pm);
+            return NULL;
+        }
+        if (memo_used < MEMO_SLOTS) memo[memo_used++] = (struct fitted){hash, len, *pm};
+    }
+    free(text);
     snprintf(pm->path, sizeof pm->path, "%s", o.arg);
-    point *pts = NULL;
-    int32_t n = 0;
-    if (read_profile(pm, o.arg, &pts, &n, e)) goto fail;
     if (strcmp(pm->model, mc->name))
         snprintf(pm->mismatch, sizeof pm->mismatch, "model %s, the run's is %s", pm->model, mc->name);
     else if (strcmp(pm->gpu, gpu->name))
@@ -424,35 +488,13 @@ static void *profile_create(const model_config *mc, const gpu_spec *gpu, const c
         snprintf(pm->mismatch, sizeof pm->mismatch, "block size %d, the run's is %d", pm->block_size, o.block_size);
     if (pm->mismatch[0] && !o.force) {
         terr_set(e, "%s: a profile of %s (--force-profile uses it anyway)", o.arg, pm->mismatch);
-        goto fail;
+        free(pm);
+        return NULL;
     }
     pm->forced = pm->mismatch[0] != 0;
     pm->swap_ms_per_block = (double)model_kv_bytes_per_token(mc, o.kv_dtype_bytes) * o.block_size /
                             gpu->host_link_bytes_s * 1e3;
-    place_knots(pm, pts, n);
-    gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
-    int rc = fit(pm, pts, n, e);
-    gsl_set_error_handler(handler);
-    if (rc) goto fail;
-    pm->num_points = n;
-    double *err = xmalloc((size_t)n * sizeof *err);
-    for (int32_t i = 0; i < n; i++) {
-        const step_shape *s = &pts[i].s;
-        err[i] = fabs(predict_ms(pm, s, NULL) / pts[i].ms - 1);
-        pm->max_decode_keys = fmax(pm->max_decode_keys, (double)s->decode_keys);
-        pm->max_prefill_pairs2 = fmax(pm->max_prefill_pairs2, (double)s->prefill_pairs2);
-        pm->max_prefill_keys = fmax(pm->max_prefill_keys, (double)s->prefill_keys);
-        pm->fit_max_abs_error = fmax(pm->fit_max_abs_error, err[i]);
-    }
-    qsort(err, (size_t)n, sizeof *err, cmp_double);
-    pm->fit_median_abs_error = n % 2 ? err[n / 2] : (err[n / 2 - 1] + err[n / 2]) / 2;
-    free(err);
-    free(pts);
     return pm;
-fail:
-    free(pts);
-    free(pm);
-    return NULL;
 }
 
 static int64_t profile_step_ns(void *self, const step_shape *s)

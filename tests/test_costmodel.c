@@ -335,6 +335,41 @@ START_TEST(test_profile_row_counts_as_its_repeats)
 }
 END_TEST
 
+/* A process fits each profile text once (sweeps and clusters create the cost model many times):
+ * a file rewritten in place is fitted again, and one text under two names predicts alike while
+ * each report names its own file. */
+START_TEST(test_profile_fits_are_reused_by_text_not_by_name)
+{
+    char *dir = make_temp_dir("memoprof"), path[4200], twin[4200];
+    snprintf(path, sizeof path, "%s/p.csv", dir);
+    snprintf(twin, sizeof twin, "%s/twin.csv", dir);
+    step_shape probe = decode_shape(24, 700);
+    double got[3];
+    for (int k = 0; k < 3; k++) {
+        FILE *f = fopen(k < 2 ? path : twin, "w");
+        ck_assert_msg(f, "cannot write a profile");
+        fputs(PROFILE_HEAD, f);
+        double scale = k == 1 ? 2 : 1; /* the rewrite doubles every time */
+        for (int32_t seqs = 1; seqs <= 40; seqs++)
+            for (int32_t ctx = 200; ctx <= 800; ctx += 300) {
+                step_shape s = decode_shape(seqs, ctx);
+                profile_row(f, &s, 1, scale * law_ms(&s));
+            }
+        fclose(f);
+        void *m = open_profile(k < 2 ? path : twin);
+        got[k] = (double)profile_cost_model.step_ns(m, &probe) / 1e6;
+        json_t *r = profile_cost_model.report(m);
+        ck_assert_str_eq(json_string_value(json_object_get(r, "profile")), k < 2 ? path : twin);
+        json_decref(r);
+        profile_cost_model.destroy(m);
+    }
+    ck_assert_msg(fabs(got[1] / got[0] - 2) < 1e-6, "the rewritten profile predicts %.4f ms, the first %.4f", got[1],
+                  got[0]);
+    ck_assert_msg(got[2] == got[0], "one text under two names: %.6f and %.6f ms", got[2], got[0]);
+    rm_tree(dir);
+}
+END_TEST
+
 /* Numbers no model has are errors at load, not NaN logits or negative byte counts later. */
 START_TEST(test_absurd_model_numbers_are_errors)
 {
@@ -828,6 +863,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_shipped_profile_is_auto_and_prices_swaps_and_padding);
     tcase_add_test(tc, test_profile_of_thousands_of_rows_recovers_a_known_law);
     tcase_add_test(tc, test_profile_row_counts_as_its_repeats);
+    tcase_add_test(tc, test_profile_fits_are_reused_by_text_not_by_name);
     suite_add_tcase(s, tc);
     return s;
 }
