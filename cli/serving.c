@@ -516,13 +516,28 @@ static void progress_end(progress *p)
     fputc('\n', stderr);
 }
 
-int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e)
+static cost_model_opts cost_model_opts_of(const serving_options *o, const serving_setup *su)
 {
-    executor ex;
     cost_model_opts cmo = cost_model_opts_default();
     cmo.block_size = su->sched.block_size;
     cmo.arg = su->cost_model_arg[0] ? su->cost_model_arg : NULL;
     cmo.force = o->force_profile;
+    return cmo;
+}
+
+int serving_check_cost_model(const serving_options *o, const serving_setup *su, terr *e)
+{
+    cost_model_opts cmo = cost_model_opts_of(o, su);
+    void *m = su->cost_model->create(&su->shard, su->gpu, &cmo, e);
+    if (!m) return -1;
+    su->cost_model->destroy(m);
+    return 0;
+}
+
+int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e)
+{
+    executor ex;
+    cost_model_opts cmo = cost_model_opts_of(o, su);
     if (sim_executor_create(&ex, su->cost_model, &su->shard, su->gpu, &cmo, e)) return 2;
     if (su->tensor_parallel > 1) {
         tp_comm c = {.tp = su->tensor_parallel, .num_layers = su->model.num_layers,

@@ -115,6 +115,10 @@ void serving_print_header(const serving_options *o, const serving_setup *su, con
 /* The goodput line, when SLOs were given: rate and share of requests meeting every SLO. */
 void serving_print_goodput(const serving_setup *su, const metrics_summary *s, FILE *f);
 
+/* Creates the setup's cost model once and drops it: a profile that cannot be read, fitted or
+ * used for this model fails here (e names it), and the fit stays in the process
+ * (sim/profile_model.c), so workers forked afterwards inherit it. 0 or -1. */
+int serving_check_cost_model(const serving_options *o, const serving_setup *su, terr *e);
 /* Replays the trace on the setup's cost model in simulated time (`tandem sim`, sweeps). Returns
  * 0, 2 on bad input (e says FILE:LINE: ...), 1 on output failure. */
 int serving_simulate(const serving_options *o, const serving_setup *su, metrics_summary *out, terr *e);

@@ -195,7 +195,8 @@ static int point_identity(const sweep_spec *spec, int64_t index, const serving_o
     return rc;
 }
 
-/* Every point must resolve (types, vLLM's start-up rules), every trace must open: a bad spec
+/* Every point must resolve (types, vLLM's start-up rules, its cost model: a profile is read and
+ * fitted here, once, and the forked workers inherit the fit), every trace must open: a bad spec
  * fails before anything runs. Computes every point's identity into so, and prints each distinct
  * warning (an option that cannot change a result) once. */
 static int check_points(const sweep_spec *spec, sweep_opts *so, terr *e)
@@ -212,6 +213,7 @@ static int check_points(const sweep_spec *spec, sweep_opts *so, terr *e)
         serving_warnings w;
         rc = point_options(spec, i, &o, &pe);
         if (rc == 0) rc = serving_resolve(&o, &su, &pe);
+        if (rc == 0) rc = serving_check_cost_model(&o, &su, &pe);
         if (rc == 0) rc = serving_collect_warnings(&o, &su, false, &w, &pe);
         if (rc == 0) rc = point_identity(spec, i, &o, &su, &cache, so, &pe);
         serving_options_free(&o);

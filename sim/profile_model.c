@@ -177,18 +177,19 @@ const char *profile_shipped_for(const model_config *mc, const gpu_spec *gpu, int
 }
 
 /* Reads the points; -1 with e = "FILE:LINE: ..." on a malformed file. */
-/* The profile's text (a file, or shipped:NAME), or NULL with e set. */
-static char *profile_text(const char *path, terr *e)
+/* The profile's text: a shipped one's in place (*owned NULL), a file's read into *owned; NULL
+ * with e set. */
+static const char *profile_text(const char *path, char **owned, terr *e)
 {
-    char *text;
+    *owned = NULL;
     if (!strncmp(path, "shipped:", 8)) {
         const struct profile_file *f = shipped(path + 8);
         if (!f) return terr_set(e, "--cost-model profile:%s: no such shipped profile", path), NULL;
-        return xstrdup(f->text);
+        return f->text;
     }
-    if (!(text = read_text_file(path, NULL, e)))
+    if (!(*owned = read_text_file(path, NULL, e)))
         return terr_set(e, "--cost-model profile:%s: cannot read the profile", path), NULL;
-    return text;
+    return *owned;
 }
 
 /* Parses text (which it cuts into lines) into the provenance and the points. */
@@ -460,7 +461,8 @@ static void *profile_create(const model_config *mc, const gpu_spec *gpu, const c
 {
     cost_model_opts o = opts ? *opts : cost_model_opts_default();
     if (!o.arg || !o.arg[0]) return terr_set(e, "--cost-model profile:FILE needs the profile's FILE"), NULL;
-    char *text = profile_text(o.arg, e);
+    char *owned;
+    const char *text = profile_text(o.arg, &owned, e);
     if (!text) return NULL;
     size_t len = strlen(text);
     uint64_t hash = XXH3_64bits(text, len);
@@ -471,14 +473,17 @@ static void *profile_create(const model_config *mc, const gpu_spec *gpu, const c
         *pm = memo[slot].pm;
     } else {
         snprintf(pm->path, sizeof pm->path, "%s", o.arg);
-        if (fit_text(pm, text, e)) {
-            free(text);
+        char *lines = owned ? owned : xstrdup(text); /* parsing cuts it into lines */
+        int rc = fit_text(pm, lines, e);
+        if (lines != owned) free(lines);
+        if (rc) {
+            free(owned);
             free(pm);
             return NULL;
         }
         if (memo_used < MEMO_SLOTS) memo[memo_used++] = (struct fitted){hash, len, *pm};
     }
-    free(text);
+    free(owned);
     snprintf(pm->path, sizeof pm->path, "%s", o.arg);
     if (strcmp(pm->model, mc->name))
         snprintf(pm->mismatch, sizeof pm->mismatch, "model %s, the run's is %s", pm->model, mc->name);

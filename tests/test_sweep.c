@@ -115,6 +115,18 @@ START_TEST(bad_point_fails_before_running)
     ck_assert_int_eq(r.exit_code, 2);
     ck_assert_msg(strstr(r.err, "no-such-spec.txt: cannot open"), "%s", r.err);
     cli_result_free(&r);
+    /* a point's profile is read and fitted before any point runs */
+    char *bad = write_temp_file(dir, "bad.csv", "# model: llama-2-7b\n# gpu: h200\n# block_size: 16\nkind,oops\n");
+    char text[8800];
+    snprintf(text, sizeof text, "trace = traces/samples/azure_code_2023.csv\ncost-model = roofline, profile:%s\n", bad);
+    free(spec);
+    spec = spec_file(dir, text);
+    r = run_cli("sweep", spec, "--out", out, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(strstr(r.err, "point 1 (") && strstr(r.err, "bad.csv:4: 2 fields"), "%s", r.err);
+    ck_assert_msg(access(pts, F_OK) != 0, "points were created for a spec with a bad profile");
+    cli_result_free(&r);
+    free(bad);
     free(spec);
     free(dir);
 }
