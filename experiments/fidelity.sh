@@ -39,6 +39,9 @@
 #               under another budget). Writes experiments/results/fidelity/calibrate.csv and
 #               calibrate_steps.csv: report's columns, with `profile` for the cost model (MODEL's
 #               rows replaced, other models' kept).
+#   ship MODEL  here: configs/profiles/MODEL_h200.csv, the profile `--cost-model auto` picks: the
+#               grid measured beside MODEL's committed runs, calibrated on every one of them
+#               (calibrate's `loo` and `lto` rows say how it predicts a workload it has not seen).
 # `fidelity.sh` alone does report and plot.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -182,6 +185,19 @@ calibrate() {
     echo "[$EXP] $table, $steps"
 }
 
+# ship MODEL: the shipped profile, calibrated on every committed run of MODEL.
+ship() {
+    local model=$1 packed=$RES/measured-$1.tar.gz
+    [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
+    tar -C "$RAW" -xzf "$packed"
+    local dir=$RAW/measured-$model runs=() name trace flags
+    while IFS='|' read -r name trace flags; do
+        [ -f "$dir/$name/summary.json" ] && runs+=("$dir/$name")
+    done < <(workloads)
+    "$BIN" profile --from-runs "$(IFS=,; echo "${runs[*]}")" --base "$dir/${model}_h200.csv" \
+        --out "configs/profiles/${model}_h200.csv"
+}
+
 # plot: figure.dat (one block per model: a row per workload, the errors in percent) from the
 # two tables, then docs/figures/fidelity.{png,svg}.
 plot() {
@@ -211,6 +227,7 @@ gpu) gpu "${2:?gpu MODEL}" ;;
 report) report ;;
 plot) plot ;;
 calibrate) calibrate "${2:-llama-2-7b}" ;;
+ship) ship "${2:?ship MODEL}" ;;
 all) report && plot ;;
-*) echo "usage: $0 gpu MODEL | report | plot | calibrate [MODEL] | all" >&2; exit 2 ;;
+*) echo "usage: $0 gpu MODEL | report | plot | calibrate [MODEL] | ship MODEL | all" >&2; exit 2 ;;
 esac
