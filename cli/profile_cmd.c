@@ -6,12 +6,15 @@
  * The grid, within the run's budgets (--max-num-seqs, --max-num-batched-tokens, --max-model-len)
  * and the KV cache the engine gets (sized exactly as `tandem run` sizes it):
  *   prefill   one prompt of 16 .. max_num_batched_tokens tokens from scratch; chunks of 512 and
- *             2048 after 1024 and 4096 cached tokens; 2, 4 and 8 prompts of 256 tokens;
+ *             2048 after 1024 and 4096 cached tokens; 2, 4 and 8 prompts of 256 tokens, 4 and 16
+ *             of 512;
  *   decode    1 .. max_num_seqs sequences (1, 2, 3, 4, 6, 8, 12, 16, ... 1.5x apart) at contexts
  *             128 .. 8192 (doubling, and max_model_len - 1 where that is less), every sequence at
  *             the same context; and 8, 32 and 128 sequences of which half are at 128 tokens and
  *             half at 4096 (uneven contexts);
- *   mixed     1, 8, 32 or 128 decodes at 1024 tokens beside one prefill chunk of 16 .. 2048.
+ *   mixed     1, 8, 32, 128 or 256 decodes at 1024 tokens beside one prefill chunk of 16 .. 2048
+ *             tokens, and beside as many prompts of 512 as the token budget holds (an offline
+ *             batch's steps).
  * (Contexts shrink to fit a short max_model_len.)
  * Each point is a batch of made-up requests whose block tables come from a block manager over
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
@@ -138,6 +141,7 @@ static void grid_build(grid *g)
     for (size_t i = 0; i < ARRAY_LEN(later); i++)
         grid_add(g, (grid_point){.kind = "prefill", .n_prefill = 1, .chunk = later[i][0], .chunk_ctx = later[i][1]});
     for (int32_t k = 2; k <= 8; k *= 2) grid_add(g, (grid_point){.kind = "prefill", .n_prefill = k, .chunk = 256});
+    for (int32_t k = 4; k <= 16; k *= 4) grid_add(g, (grid_point){.kind = "prefill", .n_prefill = k, .chunk = 512});
 
     static const int32_t seqs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024};
     /* contexts 128, 256, ... below max_model_len, and the longest a decode can have */
@@ -155,12 +159,18 @@ static void grid_build(grid *g)
         grid_add(g, (grid_point){.kind = "decode", .n_short = uneven[i] / 2, .ctx_short = short_ctx,
                                  .n_long = uneven[i] / 2, .ctx_long = long_ctx});
 
-    static const int32_t mixed_dec[] = {1, 8, 32, 128}, mixed_chunk[] = {16, 128, 512, 2048};
+    static const int32_t mixed_dec[] = {1, 8, 32, 128, 256}, mixed_chunk[] = {16, 128, 512, 2048};
     int32_t mixed_ctx = min_i32(1024, g->max_len / 2);
-    for (size_t i = 0; i < ARRAY_LEN(mixed_dec); i++)
+    for (size_t i = 0; i < ARRAY_LEN(mixed_dec); i++) {
         for (size_t j = 0; j < ARRAY_LEN(mixed_chunk); j++)
             grid_add(g, (grid_point){.kind = "mixed", .n_prefill = 1, .chunk = mixed_chunk[j], .n_short = mixed_dec[i],
                                      .ctx_short = mixed_ctx});
+        /* an offline batch's step: prompts of 512 filling the token budget beside the decodes */
+        int32_t prompts = (g->max_tokens - mixed_dec[i]) / 512;
+        if (prompts >= 2)
+            grid_add(g, (grid_point){.kind = "mixed", .n_prefill = prompts, .chunk = 512, .n_short = mixed_dec[i],
+                                     .ctx_short = mixed_ctx});
+    }
 }
 
 /* Puts the free blocks in a seeded random order, so the points' block tables are scattered over

@@ -85,19 +85,23 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
 END_TEST
 
 /* --settle-ms runs every point untimed for that long first (the CPU backend's default is none);
- * a value out of range names the flag. */
+ * a value out of range names the flag. With a budget of two prompts, the grid has an offline
+ * batch's mixed step: prompts of 512 filling the budget beside the decodes. */
 START_TEST(settle_runs_each_point_untimed_first)
 {
     char out[4300];
     snprintf(out, sizeof out, "%s/settled.csv", dir);
     int64_t t0 = clock_mono_ns();
-    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "1",
-                           "--warmup", "0", "--settle-ms", "150", "--out", out, "--quiet", NULL);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", "--max-num-seqs", "8",
+                           "--max-model-len", "512", "--max-num-batched-tokens", "1100", "--repeats", "1", "--warmup",
+                           "0", "--settle-ms", "150", "--out", out, "--quiet", NULL);
     double wall_s = (double)(clock_mono_ns() - t0) / 1e9;
     ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
     cli_result_free(&r);
     char *text = slurp(out, NULL);
     ck_assert_msg(text && strstr(text, "# settle_ms: 150\n"), "the header does not record --settle-ms");
+    ck_assert_msg(strstr(text, "\nmixed,2,1,3,1024,1,"), "no step of two 512-token prompts beside a decode:\n%s",
+                  text);
     int rows = 0;
     for (char *p = strstr(text, "\nkind,"); p && (p = strchr(p + 1, '\n'));) rows += p[1] && p[1] != '#';
     free(text);
