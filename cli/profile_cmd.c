@@ -61,9 +61,9 @@
 /* How long a GPU point runs untimed before it is timed. The board's clocks follow its power
  * draw with a lag of a few hundred ms, and a serving engine runs steps back to back: a point
  * timed from a cold start runs at clocks a server does not see (an H200's SM clock moves between
- * 1410 and 1980 MHz at its 700 W cap). Measured against a replay of every fidelity workload on the
- * same H200 (experiments/fidelity.sh), 300 ms took the step bias of the offline workload from
- * -4.5% to -2.8% and of Azure code's mixed steps from -12% to -5%. */
+ * 1410 and 1980 MHz at its 700 W cap). Against the fidelity workloads served on the same H200
+ * (experiments/fidelity.sh), a profile settled 300 ms re-predicts the offline workload's steps
+ * with a bias of -2.8% (-4.5% unsettled) and Azure code's mixed steps with -5% (-12%). */
 #define GPU_SETTLE_MS 300
 
 typedef struct profile_options {
