@@ -130,8 +130,7 @@ struct metrics {
     char *held_text;                       /* (cap_text) the rows before their kernel columns */
     size_t held_text_start, held_text_len, cap_text;
     obuf *row;                             /* one row, formatted before it joins held_text */
-    int64_t *step_itl;                     /* (n_step_itl) gaps of the current step, ns */
-    size_t n_step_itl, cap_step_itl;
+    qruns step_itl;                        /* gaps of the current step, ns */
     metrics_summary s;
     int64_t first_arrival_ns, last_end_ns;
     int64_t admitted_prompt_tokens, cached_prompt_tokens;
@@ -316,17 +315,7 @@ void metrics_request_done(metrics *m, const request *r)
     ob_char(o, '\n');
 }
 
-void metrics_itl(metrics *m, int64_t gap_ns)
-{
-    grow_array((void **)&m->step_itl, sizeof *m->step_itl, &m->cap_step_itl, m->n_step_itl + 1);
-    m->step_itl[m->n_step_itl++] = gap_ns;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
+void metrics_itl(metrics *m, int64_t gap_ns) { qruns_add(&m->step_itl, gap_ns); }
 
 void metrics_preempted(metrics *m, int64_t step, int64_t t_ns, const batch *b)
 {
@@ -388,16 +377,8 @@ static void write_row_head(const metrics *m, obuf *o, const step_stats *st)
 
 void metrics_step(metrics *m, const step_stats *st)
 {
-    /* the step's gaps, run-length encoded: most decoding requests share one gap */
-    if (m->n_step_itl) {
-        qsort(m->step_itl, m->n_step_itl, sizeof *m->step_itl, cmp_i64);
-        for (size_t i = 0, j; i < m->n_step_itl; i = j) {
-            for (j = i; j < m->n_step_itl && m->step_itl[j] == m->step_itl[i]; j++) {
-            }
-            qhist_add(&m->itl, (double)m->step_itl[i] / 1e6, j - i);
-        }
-        m->n_step_itl = 0;
-    }
+    /* the step's gaps, in ms: most decoding requests share one gap, so a few runs */
+    qruns_flush(&m->step_itl, &m->itl, 1e6);
     if (st->batch) preempt_log_step(&m->preempts, st->step, st->start_ns, st->batch);
     metrics_summary *s = &m->s;
     s->num_steps++;
@@ -718,7 +699,7 @@ void metrics_free(metrics *m)
     qhist_free(&m->kernel_busy);
     qhist_free(&m->e2el);
     qhist_free(&m->queue);
-    free(m->step_itl);
+    qruns_free(&m->step_itl);
     free(m->held), free(m->held_text), free(m->row);
     free(m);
 }

@@ -140,3 +140,30 @@ double qhist_percentile(const qhist *h, double q)
     if (isnan(b)) return a; /* lo is the last rank */
     return lerp(a, b, pos - (double)lo);
 }
+
+/* ---- qruns ---- */
+
+void qruns_grow(qruns *q) { grow_array((void **)&q->runs, sizeof *q->runs, &q->cap, q->n + 1); }
+
+static int cmp_run(const void *a, const void *b)
+{
+    int64_t x = ((const qrun *)a)->value, y = ((const qrun *)b)->value;
+    return (x > y) - (x < y);
+}
+
+void qruns_flush(qruns *q, qhist *h, double divisor)
+{
+    if (q->n > 1) qsort(q->runs, q->n, sizeof *q->runs, cmp_run);
+    for (size_t i = 0, j; i < q->n; i = j) {
+        uint64_t count = 0;
+        for (j = i; j < q->n && q->runs[j].value == q->runs[i].value; j++) count += q->runs[j].count;
+        qhist_add(h, (double)q->runs[i].value / divisor, count);
+    }
+    q->n = 0;
+}
+
+void qruns_free(qruns *q)
+{
+    free(q->runs);
+    *q = (qruns){0};
+}

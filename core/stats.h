@@ -16,6 +16,12 @@
  *          samples. Mean, std, min and max are exact (kept from the exact values);
  *          percentiles are exact on the unit-rounded values below 16,384 units (16 ms for
  *          latencies on a us grid) and within 0.003% above. Values must be finite and >= 0.
+ * qruns:   a batch of integer samples gathered as (value, count) runs and handed to a qhist in
+ *          ascending order of value, equal values as one add: what sorting the batch and
+ *          adding each distinct value with its count gives, bit for bit (the qhist's long double
+ *          sums see the same adds in the same order), without sorting every sample. A serving
+ *          step's inter-token gaps are mostly one value (the requests that decoded last step
+ *          share their last token's time), so a step of 256 gaps is one or a few runs.
  */
 #ifndef TANDEM_STATS_H
 #define TANDEM_STATS_H
@@ -53,5 +59,33 @@ void qhist_free(qhist *h);
 double qhist_mean(const qhist *h);
 double qhist_std(const qhist *h);
 double qhist_percentile(const qhist *h, double q);
+
+typedef struct qrun {
+    int64_t value;
+    uint64_t count;
+} qrun;
+
+typedef struct qruns {
+    qrun *runs; /* (n) in the order they started; a value may repeat in runs not adjacent */
+    size_t n, cap;
+} qruns;
+
+void qruns_grow(qruns *q); /* qruns_add's slow path: room for one more run */
+
+/* Counts one sample: joins the last run if it has the same value, else starts a run. */
+static inline void qruns_add(qruns *q, int64_t v)
+{
+    if (q->n && q->runs[q->n - 1].value == v) {
+        q->runs[q->n - 1].count++;
+        return;
+    }
+    if (q->n == q->cap) qruns_grow(q);
+    q->runs[q->n++] = (qrun){v, 1};
+}
+
+/* Adds the runs to h in ascending value, each distinct value once as value / divisor with its
+ * total count, and empties q (its storage is kept for the next batch). */
+void qruns_flush(qruns *q, qhist *h, double divisor);
+void qruns_free(qruns *q);
 
 #endif

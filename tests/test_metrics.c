@@ -99,6 +99,67 @@ START_TEST(histogram_percentiles_are_close_on_a_log_scale)
 }
 END_TEST
 
+static int cmp_i64_asc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A batch of gaps given to a qhist as runs leaves it bit for bit as sorting the batch and adding
+ * each distinct value with its count does (the reference): the same keys, counts, extremes and
+ * long double sums, so every percentile, mean and std of a run is unchanged. Batches have the
+ * shapes a step's gaps take: one value, a few values in blocks, values that come back after
+ * others, and all distinct. */
+START_TEST(itl_runs_equal_sorted_batches)
+{
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 5);
+    qhist got, want;
+    qhist_init(&got, 1e-3);
+    qhist_init(&want, 1e-3);
+    qruns runs = {0};
+    int64_t gaps[600];
+    for (int round = 0; round < 400; round++) {
+        size_t n = gsl_rng_uniform_int(rng, 600);
+        bool scattered = round % 4 == 3; /* a new draw for every gap */
+        unsigned long choices = 1 + gsl_rng_uniform_int(rng, scattered ? 100000 : 4);
+        int64_t gap = 0;
+        for (size_t i = 0; i < n; i++) {
+            /* blocks of equal gaps, each block's gap one of `choices` values in 1 us .. 100 ms */
+            if (i == 0 || scattered || gsl_rng_uniform(rng) < 0.1)
+                gap = 1000 + (int64_t)gsl_rng_uniform_int(rng, choices) * 999;
+            gaps[i] = gap;
+            qruns_add(&runs, gap);
+        }
+        qruns_flush(&runs, &got, 1e6);
+        ck_assert_uint_eq(runs.n, 0);
+        qsort(gaps, n, sizeof *gaps, cmp_i64_asc);
+        for (size_t i = 0, j; i < n; i = j) {
+            for (j = i; j < n && gaps[j] == gaps[i]; j++) {
+            }
+            qhist_add(&want, (double)gaps[i] / 1e6, j - i);
+        }
+        ck_assert_msg(got.n == want.n && got.cap == want.cap && got.min == want.min && got.max == want.max,
+                      "round %d: n %llu/%llu, cap %zu/%zu, min %.17g/%.17g, max %.17g/%.17g", round,
+                      (unsigned long long)got.n, (unsigned long long)want.n, got.cap, want.cap, got.min, want.min,
+                      got.max, want.max);
+        ck_assert_msg(got.sum == want.sum && got.sum_sq == want.sum_sq,
+                      "round %d: sums differ from the sorted reference: %.21Lg/%.21Lg, %.21Lg/%.21Lg", round,
+                      got.sum, want.sum, got.sum_sq, want.sum_sq);
+        ck_assert_msg(memcmp(got.count, want.count, got.cap * sizeof *got.count) == 0,
+                      "round %d: bucket counts differ from the sorted reference", round);
+    }
+    const double qs[] = {0, 1, 50, 90, 99, 99.9, 100};
+    for (size_t i = 0; i < ARRAY_LEN(qs); i++)
+        ck_assert_msg(qhist_percentile(&got, qs[i]) == qhist_percentile(&want, qs[i]), "p%g differs", qs[i]);
+    ck_assert(qhist_mean(&got) == qhist_mean(&want) && qhist_std(&got) == qhist_std(&want));
+    qruns_free(&runs);
+    qhist_free(&got);
+    qhist_free(&want);
+    gsl_rng_free(rng);
+}
+END_TEST
+
 /* Peak resident memory of this process, in KiB. */
 static long max_rss_kib(void)
 {
@@ -373,6 +434,7 @@ int main(void)
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("formulas");
     tcase_add_test(tc, percentiles_match_gsl);
+    tcase_add_test(tc, itl_runs_equal_sorted_batches);
     tcase_add_test(tc, summary_matches_hand_computation);
     tcase_add_test(tc, kernel_time_columns_and_summary);
     tcase_add_test(tc, kernel_times_reach_their_rows_however_late);
