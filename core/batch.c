@@ -1,7 +1,13 @@
-/* batch.c: see batch.h. */
+/* batch.c: see batch.h.
+ *
+ * The shape's sums are kept as items are added and removed (integers: exact in any order), so
+ * batch_shape does not walk the items. Only a removal of the item with the longest context
+ * walks them again, for the new max_keys. Test builds recompute the shape on every call and
+ * abort if the kept sums differ. */
 #include "batch.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +34,28 @@ void batch_clear(batch *b)
     b->num_items = 0;
     b->num_tokens = b->num_prefill_tokens = b->num_decode_tokens = b->num_padding_tokens = 0;
     b->num_emitting = b->num_preempted = 0;
+    b->sums = (step_shape){0};
     b->num_swap_out = b->num_swap_in = 0;
 }
+
+/* Adds (sign 1) or takes away (sign -1) item it's terms of the shape's sums, max_keys aside. */
+static void sums_update(step_shape *s, const sched_item *it, int32_t sign)
+{
+    int64_t n = it->num_tokens, c = it->context_tokens;
+    if (it->is_decode) {
+        s->num_decode_seqs += sign;
+        s->decode_tokens += sign * n;
+        s->decode_keys += sign * (c + 1);
+        s->decode_keys_sq += sign * (c + 1) * (c + 1);
+    } else {
+        s->num_prefill_seqs += sign;
+        s->prefill_tokens += sign * n;
+        s->prefill_pairs2 += sign * n * (2 * c + n + 1);
+        s->prefill_keys += sign * (c + n);
+    }
+}
+
+static int32_t item_keys(const sched_item *it) { return it->context_tokens + it->num_tokens; }
 
 sched_item *batch_add(batch *b, request *r, int32_t num_tokens)
 {
@@ -51,6 +77,8 @@ sched_item *batch_add(batch *b, request *r, int32_t num_tokens)
     if (it->is_decode) b->num_decode_tokens += num_tokens;
     else b->num_prefill_tokens += num_tokens;
     b->num_emitting += it->emits_token;
+    sums_update(&b->sums, it, 1);
+    if (item_keys(it) > b->sums.max_keys) b->sums.max_keys = item_keys(it);
     return it;
 }
 
@@ -65,6 +93,12 @@ int32_t batch_remove(batch *b, const request *r)
         if (it.is_decode) b->num_decode_tokens -= it.num_tokens;
         else b->num_prefill_tokens -= it.num_tokens;
         b->num_emitting -= it.emits_token;
+        sums_update(&b->sums, &it, -1);
+        if (item_keys(&it) == b->sums.max_keys) { /* it may have been the only one that long */
+            b->sums.max_keys = 0;
+            for (int32_t k = 0; k < b->num_items; k++)
+                b->sums.max_keys = max_i32(b->sums.max_keys, item_keys(&b->items[k]));
+        }
         return it.num_tokens;
     }
     return 0;
@@ -102,29 +136,39 @@ void batch_note_preempted(batch *b, request *r)
     b->preempted[b->num_preempted++] = r;
 }
 
+#ifdef TANDEM_CHECKS
+/* The shape's sums the slow way, for the check in batch_shape. */
+static step_shape sums_recomputed(const batch *b)
+{
+    step_shape s = {0};
+    for (int32_t i = 0; i < b->num_items; i++) {
+        sums_update(&s, &b->items[i], 1);
+        s.max_keys = max_i32(s.max_keys, item_keys(&b->items[i]));
+    }
+    return s;
+}
+#endif
+
 step_shape batch_shape(const batch *b)
 {
-    step_shape s = {
-        .num_items = b->num_items,
-        .num_emitting = b->num_emitting,
-        .padding_tokens = b->num_padding_tokens,
-        .swap_blocks = b->num_swap_in + b->num_swap_out,
-    };
-    for (int32_t i = 0; i < b->num_items; i++) {
-        const sched_item *it = &b->items[i];
-        int64_t n = it->num_tokens, c = it->context_tokens;
-        if (it->is_decode) {
-            s.num_decode_seqs++;
-            s.decode_tokens += n;
-            s.decode_keys += c + 1;
-            s.decode_keys_sq += (c + 1) * (c + 1);
-        } else {
-            s.num_prefill_seqs++;
-            s.prefill_tokens += n;
-            s.prefill_pairs2 += n * (2 * c + n + 1);
-            s.prefill_keys += c + n;
-        }
-        if (c + n > s.max_keys) s.max_keys = (int32_t)(c + n);
+    step_shape s = b->sums;
+    s.num_items = b->num_items;
+    s.num_emitting = b->num_emitting;
+    s.padding_tokens = b->num_padding_tokens;
+    s.swap_blocks = b->num_swap_in + b->num_swap_out;
+#ifdef TANDEM_CHECKS
+    step_shape r = sums_recomputed(b);
+    if (r.num_prefill_seqs != s.num_prefill_seqs || r.num_decode_seqs != s.num_decode_seqs ||
+        r.prefill_tokens != s.prefill_tokens || r.decode_tokens != s.decode_tokens ||
+        r.prefill_pairs2 != s.prefill_pairs2 || r.prefill_keys != s.prefill_keys || r.decode_keys != s.decode_keys ||
+        r.decode_keys_sq != s.decode_keys_sq || r.max_keys != s.max_keys) {
+        fprintf(stderr, "batch_shape: kept sums differ from the items': prefill seqs %d/%d, decode seqs %d/%d, "
+                        "prefill pairs2 %lld/%lld, decode keys %lld/%lld, max keys %d/%d (kept/items)\n",
+                s.num_prefill_seqs, r.num_prefill_seqs, s.num_decode_seqs, r.num_decode_seqs,
+                (long long)s.prefill_pairs2, (long long)r.prefill_pairs2, (long long)s.decode_keys,
+                (long long)r.decode_keys, s.max_keys, r.max_keys);
+        abort();
     }
+#endif
     return s;
 }

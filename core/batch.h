@@ -29,6 +29,26 @@ typedef struct sched_item {
     bool is_decode;         /* a single-token step of a request past its prompt */
 } sched_item;
 
+/* A step's shape: the exact integer sums over its items that a step's cost depends on. Cost
+ * models predict from it, steps.csv records it, so a measured step can be re-predicted from its
+ * row. For an item of n tokens after c cached ones, a prefill chunk attends n(2c + n + 1) / 2
+ * causal (query, key) pairs over c + n keys; a decode attends c + 1 keys. */
+typedef struct step_shape {
+    int32_t num_items;
+    int32_t num_prefill_seqs;   /* items that are not decodes (prompt chunks, recomputation) */
+    int32_t num_decode_seqs;
+    int32_t num_emitting;       /* items that sample a token */
+    int64_t prefill_tokens;     /* queries of the prefill items */
+    int64_t decode_tokens;
+    int64_t padding_tokens;     /* rows computed for nothing (static batching) */
+    int64_t prefill_pairs2;     /* sum n (2c + n + 1): twice the causal pairs */
+    int64_t prefill_keys;       /* sum c + n over prefill items */
+    int64_t decode_keys;        /* sum c + 1 over decodes */
+    int64_t decode_keys_sq;     /* sum (c + 1)^2 over decodes: with decode_keys, the spread */
+    int32_t max_keys;           /* the longest context any item attends to */
+    int32_t swap_blocks;        /* blocks swapped in + out before the forward pass */
+} step_shape;
+
 typedef struct kv_swap {
     int32_t gpu_block;
     int32_t host_block;
@@ -47,6 +67,9 @@ typedef struct batch {
                                    longest and keeps finished members' slots): they cost GEMM
                                    time and produce no token */
     int32_t num_emitting;       /* items that sample a token */
+    step_shape sums;            /* the items' sums that batch_shape reports (seqs, tokens, pairs,
+                                   keys, max_keys), kept as items come and go so a step's shape
+                                   costs no pass over its items; its other fields unused */
     int32_t num_preempted;      /* requests preempted while forming this batch */
     request **preempted;        /* (num_preempted) those requests, in order */
     int32_t cap_preempted;
@@ -68,26 +91,8 @@ sched_item *batch_add(batch *b, request *r, int32_t num_tokens);
  * the number of tokens it had, 0 if r was not in the batch. Keeps the other items in order. */
 int32_t batch_remove(batch *b, const request *r);
 
-/* A step's shape: the exact integer sums over its items that a step's cost depends on. Cost
- * models predict from it, steps.csv records it, so a measured step can be re-predicted from its
- * row. For an item of n tokens after c cached ones, a prefill chunk attends n(2c + n + 1) / 2
- * causal (query, key) pairs over c + n keys; a decode attends c + 1 keys. */
-typedef struct step_shape {
-    int32_t num_items;
-    int32_t num_prefill_seqs;   /* items that are not decodes (prompt chunks, recomputation) */
-    int32_t num_decode_seqs;
-    int32_t num_emitting;       /* items that sample a token */
-    int64_t prefill_tokens;     /* queries of the prefill items */
-    int64_t decode_tokens;
-    int64_t padding_tokens;     /* rows computed for nothing (static batching) */
-    int64_t prefill_pairs2;     /* sum n (2c + n + 1): twice the causal pairs */
-    int64_t prefill_keys;       /* sum c + n over prefill items */
-    int64_t decode_keys;        /* sum c + 1 over decodes */
-    int64_t decode_keys_sq;     /* sum (c + 1)^2 over decodes: with decode_keys, the spread */
-    int32_t max_keys;           /* the longest context any item attends to */
-    int32_t swap_blocks;        /* blocks swapped in + out before the forward pass */
-} step_shape;
-
+/* The batch's shape (step_shape above). O(1): the item sums are kept by batch_add and
+ * batch_remove. */
 step_shape batch_shape(const batch *b);
 
 void batch_add_swap_out(batch *b, int32_t gpu_block, int32_t host_block);

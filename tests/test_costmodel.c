@@ -719,6 +719,93 @@ START_TEST(test_swaps_cost_bytes_over_host_link)
 }
 END_TEST
 
+/* The step shape the plain way: one pass over the items (what batch_shape computed before it
+ * kept its sums). */
+static step_shape shape_by_pass(const batch *b)
+{
+    step_shape s = {.num_items = b->num_items, .num_emitting = b->num_emitting,
+                    .padding_tokens = b->num_padding_tokens, .swap_blocks = b->num_swap_in + b->num_swap_out};
+    for (int32_t i = 0; i < b->num_items; i++) {
+        const sched_item *it = &b->items[i];
+        int64_t n = it->num_tokens, c = it->context_tokens;
+        if (it->is_decode) {
+            s.num_decode_seqs++;
+            s.decode_tokens += n;
+            s.decode_keys += c + 1;
+            s.decode_keys_sq += (c + 1) * (c + 1);
+        } else {
+            s.num_prefill_seqs++;
+            s.prefill_tokens += n;
+            s.prefill_pairs2 += n * (2 * c + n + 1);
+            s.prefill_keys += c + n;
+        }
+        if (c + n > s.max_keys) s.max_keys = (int32_t)(c + n);
+    }
+    return s;
+}
+
+/* xorshift64: a fixed, portable sequence; a draw in [0, k). */
+static int32_t draw_below(uint64_t *x, int32_t k)
+{
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return (int32_t)(*x % (uint64_t)k);
+}
+
+/* batch_shape's kept sums equal a pass over the items after every add and remove: decodes and
+ * prefill chunks of random lengths, removals anywhere (the longest item's included, which moves
+ * max_keys down), and batches cleared and refilled. */
+START_TEST(test_batch_shape_sums_match_a_pass_over_items)
+{
+    uint64_t x = 88172645463325252ULL;
+#define NEXT(k) draw_below(&x, (k))
+    batch b;
+    batch_init(&b, 4);
+    for (int round = 0; round < 200; round++) {
+        batch_clear(&b);
+        int used = 0, n_ops = 1 + NEXT(300);
+        for (int op = 0; op < n_ops; op++) {
+            if (b.num_items > 0 && NEXT(4) == 0) {
+                /* the longest item a third of the time, else any */
+                int32_t k = NEXT(b.num_items);
+                if (NEXT(3) == 0)
+                    for (int32_t i = 0; i < b.num_items; i++)
+                        if (b.items[i].context_tokens + b.items[i].num_tokens >
+                            b.items[k].context_tokens + b.items[k].num_tokens)
+                            k = i;
+                int32_t had = b.items[k].num_tokens;
+                ck_assert_int_eq(batch_remove(&b, b.items[k].req), had);
+            } else if (used < (int)ARRAY_LEN(reqs)) {
+                if (NEXT(2)) add_decode(&b, used++, 1 + NEXT(8000));
+                else {
+                    int ctx = NEXT(4000), n = 1 + NEXT(2048);
+                    add_prefill(&b, used++, ctx, n, NEXT(2));
+                }
+            }
+            if (NEXT(10) == 0) b.num_padding_tokens += NEXT(100);
+            step_shape got = batch_shape(&b), want = shape_by_pass(&b);
+            ck_assert_msg(got.num_items == want.num_items && got.num_prefill_seqs == want.num_prefill_seqs &&
+                              got.num_decode_seqs == want.num_decode_seqs && got.num_emitting == want.num_emitting &&
+                              got.prefill_tokens == want.prefill_tokens && got.decode_tokens == want.decode_tokens &&
+                              got.padding_tokens == want.padding_tokens && got.prefill_pairs2 == want.prefill_pairs2 &&
+                              got.prefill_keys == want.prefill_keys && got.decode_keys == want.decode_keys &&
+                              got.decode_keys_sq == want.decode_keys_sq && got.max_keys == want.max_keys &&
+                              got.swap_blocks == want.swap_blocks,
+                          "round %d op %d (%d items): kept shape differs from a pass: prefill %d seqs %lld tokens "
+                          "%lld pairs2 %lld keys / %d %lld %lld %lld; decode %d seqs %lld keys %lld keys^2 / %d "
+                          "%lld %lld; max keys %d / %d",
+                          round, op, b.num_items, got.num_prefill_seqs, (long long)got.prefill_tokens,
+                          (long long)got.prefill_pairs2, (long long)got.prefill_keys, want.num_prefill_seqs,
+                          (long long)want.prefill_tokens, (long long)want.prefill_pairs2,
+                          (long long)want.prefill_keys, got.num_decode_seqs, (long long)got.decode_keys,
+                          (long long)got.decode_keys_sq, want.num_decode_seqs, (long long)want.decode_keys,
+                          (long long)want.decode_keys_sq, got.max_keys, want.max_keys);
+        }
+    }
+#undef NEXT
+    batch_free(&b);
+}
+END_TEST
+
 START_TEST(test_breakdown_sums_to_step_and_empty_batch_is_free)
 {
     model_config mc = load("llama-3-8b");
@@ -853,6 +940,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_batched_decode_is_much_cheaper_than_serial);
     tcase_add_test(tc, test_swaps_cost_bytes_over_host_link);
     tcase_add_test(tc, test_breakdown_sums_to_step_and_empty_batch_is_free);
+    tcase_add_test(tc, test_batch_shape_sums_match_a_pass_over_items);
     tcase_add_test(tc, test_slower_gpus_predict_longer_steps);
     tcase_add_test(tc, test_sim_executor_reports_cost_model_time);
     tcase_add_test(tc, test_padding_rows_cost_gemm_time);
