@@ -155,6 +155,8 @@ void kv_free_table(kv_manager *kv, kv_block_table *t)
 
 bool kv_allocate_slots(kv_manager *kv, request *r, int64_t num_tokens)
 {
+    /* a decode's slot is nearly always in its last block already: no division for that */
+    if (num_tokens <= (int64_t)r->blocks.len * kv->block_size) return true;
     return kv_allocate_table(kv, &r->blocks, kv_blocks_for_tokens(kv, num_tokens));
 }
 

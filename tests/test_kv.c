@@ -67,6 +67,10 @@ START_TEST(exhaustion_is_all_or_nothing)
     ck_assert_int_eq(kv.num_free, 0);
     ck_assert(!kv_allocate_slots(&kv, a, 13));
     ck_assert_int_eq(a->blocks.len, 3);
+    /* slots its table already covers need no free block: up to the last block's end */
+    ck_assert(kv_allocate_slots(&kv, a, 12));
+    ck_assert(kv_allocate_slots(&kv, a, 9));
+    ck_assert_int_eq(a->blocks.len, 3);
     kv_check(&kv);
     kv_free_request(&kv, a);
     kv_free_request(&kv, b);
