@@ -58,7 +58,7 @@ static const opt_spec serving_own_specs[] = {
     {"max-concurrency", OPT_I64, O(max_concurrency), "0", "closed loop: at most N requests outstanding, later arrivals wait (vllm bench serve; 0: open loop)"},
     {"seed", OPT_I64, O(seed), "0", "seed of every random draw"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
-    {"request-rate", OPT_F64, O(request_rate), "0", "re-time the trace: Poisson arrivals at R req/s, seeded by --seed (inf: all at once; 0: the trace's times)"},
+    {"request-rate", OPT_RATE, O(request_rate), "0", "re-time the trace: Poisson arrivals at R req/s, seeded by --seed (inf: all at once; 0: the trace's times)"},
     {"burstiness", OPT_F64, O(burstiness), "1.0", "with --request-rate: Gamma inter-arrivals of this shape (1: Poisson; < 1 burstier), as vllm bench serve"},
     {"max-requests", OPT_I64, O(max_requests), "0", "replay only the first N requests (0: all)"},
     {"priority-classes", OPT_STR, O(priority_classes), "", "replay with priorities drawn per request: fractions F0,F1,... of classes 0,1,... (0 = most important)"},

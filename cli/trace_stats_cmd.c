@@ -66,7 +66,7 @@ static const opt_spec stats_option_specs[] = {
     {"max-model-len", OPT_I64, O(max_model_len), "0", "prompt + output at most (0: the model's max_position_embeddings)"},
     {"time-scale", OPT_F64, O(time_scale), "1.0", "multiply arrival times (0.5 = twice the rate)"},
     {"max-requests", OPT_I64, O(max_requests), "0", "read only the first N requests (0: all)"},
-    {"request-rate", OPT_F64, O(request_rate), "0", "re-time the trace as sim --request-rate does (Poisson; 0: its own times)"},
+    {"request-rate", OPT_RATE, O(request_rate), "0", "re-time the trace as sim --request-rate does (Poisson; 0: its own times)"},
     {"burstiness", OPT_F64, O(burstiness), "1.0", "with --request-rate: Gamma shape of the inter-arrivals (1: Poisson)"},
     {"seed", OPT_I64, O(seed), "0", "seed of the re-timing"},
     {"skip-bad-rows", OPT_BOOL, O(skip_bad_rows), "false", "skip and count bad trace rows instead of failing"},

@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,9 +39,12 @@ static int set_value(const opt_spec *s, void *dst, const char *v, terr *e)
         *FIELD(dst, s, int64_t) = x;
         return 0;
     }
-    case OPT_F64: {
+    case OPT_F64:
+    case OPT_RATE: {
         double x;
-        if (parse_f64(v, &x)) return terr_set(e, "--%s: \"%s\" is not a number", s->name, v);
+        if (s->type == OPT_RATE && (!strcmp(v, "inf") || !strcmp(v, "infinity"))) x = INFINITY;
+        else if (parse_f64(v, &x))
+            return terr_set(e, "--%s: \"%s\" is not a number%s", s->name, v, s->type == OPT_RATE ? " or inf" : "");
         *FIELD(dst, s, double) = x;
         return 0;
     }
@@ -95,7 +99,7 @@ void opts_help(const opt_spec *specs, const char *usage, FILE *f)
         char flag[96];
         if (s->type == OPT_BOOL) snprintf(flag, sizeof flag, "--[no-]%s", s->name);
         else snprintf(flag, sizeof flag, "--%s %s", s->name,
-                      s->type == OPT_STR ? "S" : s->type == OPT_I64 ? "N" : "X");
+                      s->type == OPT_STR ? "S" : s->type == OPT_I64 ? "N" : s->type == OPT_RATE ? "X|inf" : "X");
         const char *def = s->def && s->def[0] ? s->def : "none";
         if (s->type == OPT_BOOL) def = s->def && !strcmp(s->def, "true") ? "on" : "off";
         fprintf(f, "  %-36s %s [%s]\n", flag, s->help, def);
@@ -187,6 +191,11 @@ json_t *opts_to_json(const opt_spec *specs, const void *src)
         case OPT_STR: v = *(char *const *)f ? json_string(*(char *const *)f) : json_null(); break;
         case OPT_I64: v = json_integer(*(const int64_t *)f); break;
         case OPT_F64: v = json_real(*(const double *)f); break;
+        case OPT_RATE: {
+            double x = *(const double *)f;
+            v = isinf(x) ? json_string(x > 0 ? "inf" : "-inf") : json_real(x);
+            break;
+        }
         case OPT_BOOL: v = json_boolean(*(const bool *)f); break;
         }
         json_object_set_new(o, s->name, v);

@@ -21,7 +21,8 @@
 
 #include "util.h"
 
-typedef enum opt_type { OPT_STR, OPT_I64, OPT_F64, OPT_BOOL } opt_type;
+/* OPT_RATE: a double that may also be "inf" (written to JSON as the string "inf"). */
+typedef enum opt_type { OPT_STR, OPT_I64, OPT_F64, OPT_RATE, OPT_BOOL } opt_type;
 
 typedef struct opt_spec {
     const char *name;   /* long option, without dashes */

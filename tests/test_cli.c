@@ -421,6 +421,30 @@ START_TEST(time_scale_compresses_arrivals)
 }
 END_TEST
 
+/* --request-rate inf replays every request at t = 0, and summary.json records the rate as "inf". */
+START_TEST(request_rate_inf_puts_every_arrival_at_zero)
+{
+    char *dir = make_temp_dir("rinf");
+    cli_result r = run_cli("sim", "--trace", CONV, "--max-requests", "50", "--request-rate", "inf", "--out", dir,
+                           "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/requests.csv", dir);
+    char *s = slurp(path, NULL);
+    ck_assert_msg(strstr(s, "\n49,0.000000,"), "request 49 does not arrive at 0:\n%.400s", s);
+    free(s);
+    json_t *js = load_json(dir, "summary.json");
+    const char *rate = json_string_value(json_object_get(json_object_get(js, "config"), "request-rate"));
+    ck_assert_msg(rate && !strcmp(rate, "inf"), "config.request-rate is not \"inf\"");
+    json_decref(js);
+    r = run_cli("sim", "--trace", CONV, "--request-rate", "nan", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--request-rate: \"nan\" is not a number or inf"), "%s", r.err);
+    cli_result_free(&r);
+    free(dir);
+}
+END_TEST
+
 /* --priority-classes draws a class per request on replay, in about the given fractions. */
 START_TEST(priority_classes_assigned_on_replay)
 {
@@ -557,6 +581,7 @@ int main(void)
     tcase_add_test(tc, same_seed_gives_byte_identical_outputs);
     tcase_add_test(tc, every_request_ends_exactly_once);
     tcase_add_test(tc, time_scale_compresses_arrivals);
+    tcase_add_test(tc, request_rate_inf_puts_every_arrival_at_zero);
     tcase_add_test(tc, priority_classes_assigned_on_replay);
     tcase_add_test(tc, commands_without_the_cuda_engine_do_not_map_cublas);
     suite_add_tcase(s, tc);
