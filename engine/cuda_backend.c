@@ -78,6 +78,7 @@ typedef struct cuda_layer {
  * only, so a captured graph's pointers stay valid for every step of the same shape. */
 typedef struct meta_layout {
     int64_t tok, pos, slot, qsl, lens, rows, dec, items, bt, total;
+    int32_t S; /* block table row length: the step's longest row, not max_model_len's (bytes up) */
 } meta_layout;
 
 typedef struct tile {
@@ -87,7 +88,7 @@ typedef struct tile {
 typedef struct cuda_model {
     model_config mc;
     engine_opts o;
-    int32_t S;         /* block table row length */
+    int32_t S;         /* the longest block table row: max_model_len's */
     int64_t part_cap;  /* decode partials capacity: sequences x partitions per sequence */
     int32_t max_items; /* prefill attention tiles per step */
     int32_t qkv_dim;
@@ -157,6 +158,7 @@ static meta_layout layout_for(int32_t T, int32_t B, int32_t N, int32_t nd, int32
     l.items = l.dec + nd;
     l.bt = l.items + 2 * (int64_t)np;
     l.total = l.bt + (int64_t)B * S;
+    l.S = S;
     return l;
 }
 
@@ -208,16 +210,27 @@ static void cuda_destroy(void *self)
     free(m);
 }
 
+/* The KV cache is sized by the caller from the GPU it names (tandem's --gpu), not from this device. */
+static const char *kv_size_hint(const char *what)
+{
+    return strcmp(what, "the KV cache") ? ""
+                                        : " (the cache is sized for the GPU that --gpu names and "
+                                          "--gpu-memory-utilization: name this one, or set --num-gpu-blocks-override)";
+}
+
 static int dev_alloc(void **p, size_t bytes, const char *what, terr *e)
 {
     cudaError_t err = cudaMalloc(p, bytes ? bytes : 16);
-    if (err != cudaSuccess) {
-        *p = NULL;
-        terr_set(e, "cuda: allocating %.3f GB for %s failed: %s", bytes / 1e9, what,
-                 cudaGetErrorString(err));
-        return ENGINE_ERR_DEVICE;
-    }
-    return 0;
+    if (err == cudaSuccess) return 0;
+    *p = NULL;
+    size_t free_b = 0, total_b = 0;
+    (void)cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        terr_set(e, "cuda: allocating %.3f GB for %s failed: the device has %.3f of %.3f GB free%s", bytes / 1e9,
+                 what, free_b / 1e9, total_b / 1e9, kv_size_hint(what));
+    else
+        terr_set(e, "cuda: allocating %.3f GB for %s failed: %s", bytes / 1e9, what, cudaGetErrorString(err));
+    return ENGINE_ERR_DEVICE;
 }
 
 static bf16_t *fused_base(cuda_model *m, const wt_tensor *t)
@@ -492,7 +505,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
     k_attn_args a = {
         .qkv = m->qkv, .qkv_stride = m->qkv_dim, .out = m->attn, .out_stride = nh * hd,
         .query_start_loc = d + l->qsl, .seq_lens = d + l->lens, .block_tables = d + l->bt,
-        .bt_stride = m->S, .nh = nh, .nkv = nkv, .hd = hd, .block_size = m->o.block_size,
+        .bt_stride = l->S, .nh = nh, .nkv = nkv, .hd = hd, .block_size = m->o.block_size,
         .scale = 1.0f / sqrtf((float)hd),
     };
     (void)B;
@@ -507,7 +520,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
             .nkv = nkv, .hd = hd, .eps = eps, .scale = a.scale, .x = m->x, .qkv = m->qkv,
             .attn = m->attn, .act = m->act, .partials = m->ds_partials, .barrier = m->ds_barrier,
             .positions = d + l->pos, .slot_mapping = d + l->slot, .seq_lens = d + l->lens,
-            .block_tables = d + l->bt, .bt_stride = m->S, .block_size = m->o.block_size,
+            .block_tables = d + l->bt, .bt_stride = l->S, .block_size = m->o.block_size,
             .inv_freq = m->inv_freq,
             .max_tokens = (int32_t)min_i64(INT32_MAX, (int64_t)T * m->o.max_model_len),
         };
@@ -583,6 +596,14 @@ static cudaGraphExec_t *decode_graph_for(cuda_model *m, int32_t B, int32_t max_l
     return &m->graphs[i * m->num_buckets + j];
 }
 
+/* The layout of a decode graph of G rows for contexts up to `bucket`: block table rows as long as
+ * the bucket's contexts need. */
+static meta_layout decode_layout(const cuda_model *m, int32_t G, int32_t bucket)
+{
+    int32_t S = (int32_t)min_i64(m->S, div_ceil_i64(bucket, m->o.block_size));
+    return layout_for(G, G, G, G, 0, S);
+}
+
 /* Fills h_meta for a pure-decode step padded to G rows: s's B rows, then padding rows at the
  * scratch block (s may be NULL: all padding). Logits rows: s's, then every other row. */
 static void fill_decode_meta(cuda_model *m, const eng_step *s, int32_t G, const meta_layout *l)
@@ -596,7 +617,7 @@ static void fill_decode_meta(cuda_model *m, const eng_step *s, int32_t G, const 
         h[l->lens + b] = real ? s->seq_lens[b] : 1;
         h[l->qsl + b] = b;
         h[l->dec + b] = b;
-        int32_t *bt = h + l->bt + (int64_t)b * m->S;
+        int32_t *bt = h + l->bt + (int64_t)b * l->S;
         if (real)
             memcpy(bt, s->block_tables + (int64_t)b * s->block_table_stride,
                    sizeof(int32_t) * (size_t)div_ceil_i64(s->seq_lens[b], bs));
@@ -618,7 +639,7 @@ static void fill_decode_meta(cuda_model *m, const eng_step *s, int32_t G, const 
 static int capture_decode_graph(cuda_model *m, int32_t G, int32_t bucket, cudaGraphExec_t *out, terr *e)
 {
     int32_t parts, P = pick_partition(m, G, bucket, &parts);
-    meta_layout l = layout_for(G, G, G, G, 0, m->S);
+    meta_layout l = decode_layout(m, G, bucket);
     cudaGraph_t graph;
     CU_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
     int rc = enqueue_forward(m, G, G, G, G, 0, P, parts, &l, e);
@@ -640,7 +661,7 @@ static int forward_decode_graph(cuda_model *m, const eng_step *s, int32_t max_le
 {
     int32_t G, bucket;
     cudaGraphExec_t *g = decode_graph_for(m, s->num_seqs, max_len, &G, &bucket);
-    meta_layout l = layout_for(G, G, G, G, 0, m->S);
+    meta_layout l = decode_layout(m, G, bucket);
     CU_TRY(cudaEventSynchronize(m->meta_copied));
     fill_decode_meta(m, s, G, &l);
     CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
@@ -726,9 +747,10 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     cuda_model *m = self;
     if (wait_for_swaps(m, s, e)) return ENGINE_ERR_DEVICE;
     int32_t T = s->num_tokens, B = s->num_seqs, N = s->num_logits;
-    int32_t nd = 0, np = 0, max_len = 0;
+    int32_t nd = 0, np = 0, max_len = 0, max_blocks = 1;
     for (int32_t b = 0; b < B; b++) {
         int32_t n = s->query_start_loc[b + 1] - s->query_start_loc[b];
+        max_blocks = max_i32(max_blocks, (int32_t)div_ceil_i64(s->seq_lens[b], m->o.block_size));
         if (n == 1) {
             nd++;
             max_len = max_i32(max_len, s->seq_lens[b]);
@@ -738,7 +760,7 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     }
     if (nd == B && np == 0 && m->o.cuda_graphs) return forward_decode_graph(m, s, max_len, e);
 
-    meta_layout l = layout_for(T, B, N, nd, np, m->S);
+    meta_layout l = layout_for(T, B, N, nd, np, max_blocks);
     /* The previous step's copy out of h_meta must be done before it is overwritten. */
     CU_TRY(cudaEventSynchronize(m->meta_copied));
     int32_t *h = m->h_meta;
@@ -766,7 +788,7 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     }
     for (int32_t b = 0; b < B; b++) {
         int32_t nblk = (int32_t)div_ceil_i64(s->seq_lens[b], m->o.block_size);
-        memcpy(h + l.bt + (int64_t)b * m->S, s->block_tables + (int64_t)b * s->block_table_stride,
+        memcpy(h + l.bt + (int64_t)b * l.S, s->block_tables + (int64_t)b * s->block_table_stride,
                sizeof(int32_t) * (size_t)nblk);
     }
     CU_TRY(cudaMemcpyAsync(m->d_meta, h, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
@@ -788,7 +810,7 @@ static int cuda_warmup(void *self, terr *e)
         for (int32_t j = 0; j < m->num_buckets; j++)
             if (capture_decode_graph(m, G, K_DECODE_PARTITION << j, &m->graphs[i * m->num_buckets + j], e))
                 return ENGINE_ERR_DEVICE;
-        meta_layout l = layout_for(G, G, G, G, 0, m->S);
+        meta_layout l = decode_layout(m, G, K_DECODE_PARTITION);
         CU_TRY(cudaEventSynchronize(m->meta_copied));
         fill_decode_meta(m, NULL, G, &l);
         CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
