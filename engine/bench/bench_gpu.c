@@ -15,7 +15,7 @@
  * engine dispatches them. Kernel variants, probes of the streamed decode kernel's parts and A/B
  * experiments are kernels/dev's (make dev-kernels).
  *
- * usage: bench_engine_gpu [all|kernels|steps|prefill|profile]. `profile` times no ceilings: it
+ * usage: bench_engine_gpu [all|kernels|steps|swap|host|prefill|profile]. `profile` times no ceilings: it
  * traces whole steps kernel by kernel (CUPTI) and reads the GPU's clocks (NVML); see
  * profile_gpu.c for how to read it.
  */
@@ -607,6 +607,171 @@ static void whole_steps(void)
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
 }
 
+/* ---- host: what a decode step costs the CPU ---------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median and p90 of n host durations, in microseconds. */
+static void host_row(const char *what, int B, int64_t *ns, int n)
+{
+    qsort(ns, (size_t)n, sizeof *ns, cmp_i64);
+    printf("| %-36s | %4d | %8.1f | %8.1f |\n", what, B, ns[n / 2] / 1e3, ns[n * 9 / 10] / 1e3);
+    fflush(stdout);
+}
+
+/* One tiny kernel, the node a launch-cost graph repeats. */
+static void do_tiny(void *c, int i)
+{
+    CUDA_CHECK(k_synth_bf16(c, 1, 7, (uint32_t)i, 0.0f, 0.5f, stream));
+}
+
+/* The host side of a decode step, as `tandem run` pays it between the scheduler and the GPU: the
+ * engine's forward call (the step arrays copied into pinned memory, one copy up, the graph
+ * launched) and its sampling call once the forward pass is done (arguments up, the sampling
+ * kernel, tokens down), each timed on the host with the device idle before it, at context 600 in
+ * an engine of 256 sequences and Llama-2-7B's max_model_len. Beside them, what a copy up from
+ * pinned memory and a launch of a captured graph of K tiny kernels cost the host alone, so the
+ * forward call's time can be split into its parts. */
+static void host_costs(void)
+{
+    enum { SAMPLES = 60, CTX = 600, BS = 16, OWN = (CTX + 1 + BS - 1) / BS, MAX_LEN = 4096, SHARED = 8 };
+    const int max_seqs = 256, S = MAX_LEN / BS;
+    engine eng;
+    engine_opts o;
+    engine_opts_default(&o);
+    o.model = "synthetic:llama-2-7b";
+    o.backend = "cuda";
+    o.weight_seed = 1;
+    o.max_tokens = 2048;
+    o.max_seqs = max_seqs;
+    o.max_model_len = MAX_LEN;
+    o.num_blocks = SHARED * OWN + 1; /* sequences share blocks: the host's work is the same */
+    terr oe = {{0}};
+    if (engine_open(&eng, &o, &oe)) {
+        fprintf(stderr, "bench: %s\n", oe.msg);
+        exit(1);
+    }
+    stream = engine_cuda_stream(&eng);
+    int32_t *tok = malloc(sizeof(int32_t) * 5 * max_seqs), *pos = tok + max_seqs, *slot = pos + max_seqs,
+            *lens = slot + max_seqs, *rows = lens + max_seqs, qsl[257];
+    int32_t *bt = calloc((size_t)max_seqs * S, sizeof *bt), *picked = malloc(sizeof(int32_t) * max_seqs);
+    float *samp = calloc((size_t)3 * max_seqs, sizeof *samp);
+    for (int b = 0; b < max_seqs; b++) {
+        for (int k = 0; k < OWN; k++) bt[b * S + k] = (b % SHARED) * OWN + k;
+        tok[b] = (int32_t)((b * 2654435761u) % 32000u);
+        pos[b] = CTX;
+        slot[b] = bt[b * S + CTX / BS] * BS + CTX % BS;
+        lens[b] = CTX + 1;
+        rows[b] = qsl[b] = b;
+    }
+    printf("| host, decode step at context %d      | B    | median us | p90 us  |\n", CTX);
+    printf("|--------------------------------------|------|----------|----------|\n");
+    static const int batches[] = {1, 8, 32, 64, 128, 256};
+    int64_t fwd[SAMPLES], smp[SAMPLES];
+    for (size_t k = 0; k < sizeof batches / sizeof *batches; k++) {
+        const int B = batches[k];
+        qsl[B] = B;
+        eng_step s = {.num_tokens = B, .num_seqs = B, .token_ids = tok, .positions = pos, .slot_mapping = slot,
+                      .query_start_loc = qsl, .seq_lens = lens, .block_tables = bt, .block_table_stride = S,
+                      .num_logits = B, .logits_rows = rows};
+        eng_sampling sp = {.temperature = samp, .top_p = samp + max_seqs, .uniform = samp + 2 * max_seqs};
+        for (int i = 0; i < max_seqs; i++) samp[max_seqs + i] = 1.0f;
+        terr e = {{0}};
+        for (int r = -5; r < SAMPLES; r++) { /* 5 warm-up steps: the graph's first launch */
+            int64_t t0 = clock_mono_ns();
+            if (engine_forward(&eng, &s, &e)) break;
+            int64_t t1 = clock_mono_ns();
+            if (engine_sync(&eng, &e)) break; /* sampling waits for the forward pass: not host time */
+            int64_t t2 = clock_mono_ns();
+            if (engine_sample(&eng, &sp, picked, &e)) break;
+            if (r >= 0) fwd[r] = t1 - t0, smp[r] = clock_mono_ns() - t2;
+        }
+        if (e.msg[0]) {
+            fprintf(stderr, "bench: %s\n", e.msg);
+            exit(1);
+        }
+        host_row("forward call (prepare, copy, launch)", B, fwd, SAMPLES);
+        host_row("sample call (kernel, tokens down)", B, smp, SAMPLES);
+    }
+    engine_close(&eng);
+    free(tok), free(bt), free(picked), free(samp);
+
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    enum { COPY_MAX = 1 << 20 };
+    void *pinned, *dev;
+    CUDA_CHECK(cudaMallocHost(&pinned, COPY_MAX));
+    CUDA_CHECK(cudaMalloc(&dev, COPY_MAX));
+    memset(pinned, 1, COPY_MAX);
+    for (int kb = 4; kb <= COPY_MAX >> 10; kb *= 4) {
+        int64_t ns[SAMPLES];
+        for (int r = -5; r < SAMPLES; r++) {
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            int64_t t0 = clock_mono_ns();
+            CUDA_CHECK(cudaMemcpyAsync(dev, pinned, (size_t)kb << 10, cudaMemcpyHostToDevice, stream));
+            if (r >= 0) ns[r] = clock_mono_ns() - t0;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "copy up from pinned, %d KiB (call)", kb);
+        host_row(what, 0, ns, SAMPLES);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    /* The forward call writes its step arrays into pinned memory row by row: what that costs
+     * against ordinary memory, and against one bulk copy in. */
+    int32_t *plain = malloc(COPY_MAX), *src = malloc(COPY_MAX);
+    memset(plain, 1, COPY_MAX), memset(src, 2, COPY_MAX);
+    for (int where = 0; where < 3; where++) {
+        int64_t ns[SAMPLES];
+        int32_t *dst = where == 1 ? plain : pinned;
+        for (int r = -5; r < SAMPLES; r++) {
+            int64_t t0 = clock_mono_ns();
+            if (where == 2)
+                memcpy(dst, src, (size_t)max_seqs * OWN * 4 + 6 * 257 * 4);
+            else
+                for (int b = 0; b < max_seqs; b++) {
+                    dst[b] = b, dst[max_seqs + b] = CTX, dst[2 * max_seqs + b] = b * 7;
+                    memcpy(dst + 4 * max_seqs + (size_t)b * OWN, src + (size_t)b * S, OWN * 4);
+                }
+            if (r >= 0) ns[r] = clock_mono_ns() - t0;
+            __asm__ volatile("" ::: "memory");
+        }
+        static const char *const what[] = {"256 rows written into pinned memory", "256 rows written into malloc'd memory",
+                                           "the same bytes, one memcpy into pinned"};
+        host_row(what[where], max_seqs, ns, SAMPLES);
+    }
+    free(plain), free(src);
+    cudaFreeHost(pinned), cudaFree(dev);
+    void *one;
+    CUDA_CHECK(cudaMalloc(&one, 16));
+    static const int nodes[] = {1, 64, 256, 512};
+    for (size_t k = 0; k < sizeof nodes / sizeof *nodes; k++) {
+        cudaGraph_t g;
+        cudaGraphExec_t x;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < nodes[k]; i++) do_tiny(one, i);
+        CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+        CUDA_CHECK(cudaGraphInstantiate(&x, g, 0));
+        CUDA_CHECK(cudaGraphUpload(x, stream));
+        int64_t ns[SAMPLES];
+        for (int r = -5; r < SAMPLES; r++) {
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            int64_t t0 = clock_mono_ns();
+            CUDA_CHECK(cudaGraphLaunch(x, stream));
+            if (r >= 0) ns[r] = clock_mono_ns() - t0;
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        char what[64];
+        snprintf(what, sizeof what, "graph launch, %d tiny kernels", nodes[k]);
+        host_row(what, 0, ns, SAMPLES);
+        cudaGraphExecDestroy(x), cudaGraphDestroy(g);
+    }
+    cudaFree(one);
+    cudaStreamDestroy(stream);
+}
+
 /* ---- profile: whole steps, kernel by kernel --------------------------------------------------- */
 
 /* Runs `warm` steps, then `steps` more back to back under the trace, with a CUDA event before each
@@ -706,6 +871,7 @@ int main(int argc, char **argv)
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
     if (!strcmp(what, "all") || !strcmp(what, "swap")) swaps();
+    if (!strcmp(what, "all") || !strcmp(what, "host")) host_costs();
     stream = own;
     cublasDestroy(blas);
     return 0;
