@@ -107,7 +107,7 @@ void engine_close(engine *eng)
 static int check_step(const engine *eng, const eng_step *s, terr *e)
 {
     const engine_opts *o = &eng->opts;
-    int32_t T = s->num_tokens, B = s->num_seqs, bs = o->block_size;
+    int32_t T = s->num_tokens, B = s->num_seqs, bs = o->block_size, V = eng->mc.vocab_size;
     if (T < 1 || T > o->max_tokens)
         return terr_set(e, "step: %d tokens (the engine was opened for 1..%d)", T, o->max_tokens);
     if (B < 1 || B > o->max_seqs)
@@ -116,33 +116,44 @@ static int check_step(const engine *eng, const eng_step *s, terr *e)
         return terr_set(e, "step: %d logits rows (at most %d)", s->num_logits, o->max_seqs);
     if (s->query_start_loc[0] != 0 || s->query_start_loc[B] != T)
         return terr_set(e, "step: query_start_loc must run from 0 to num_tokens");
+    /* Runs every step, on the host's critical path: the block-table and token-id scans are
+     * branch-free (vectorised), and only a step that fails them is searched for its culprit. */
     for (int32_t b = 0; b < B; b++) {
         int32_t q0 = s->query_start_loc[b], n = s->query_start_loc[b + 1] - q0, len = s->seq_lens[b];
         if (n < 1) return terr_set(e, "step: sequence %d has no tokens", b);
         if (len < n || len > o->max_model_len)
             return terr_set(e, "step: sequence %d has length %d with %d new tokens (max_model_len %d)",
                             b, len, n, o->max_model_len);
-        if ((len + bs - 1) / bs > s->block_table_stride)
-            return terr_set(e, "step: sequence %d needs %d blocks, block table rows hold %d", b,
-                            (len + bs - 1) / bs, s->block_table_stride);
+        int32_t nblk = (len + bs - 1) / bs;
+        if (nblk > s->block_table_stride)
+            return terr_set(e, "step: sequence %d needs %d blocks, block table rows hold %d", b, nblk,
+                            s->block_table_stride);
         const int32_t *bt = s->block_tables + (int64_t)b * s->block_table_stride;
-        for (int32_t k = 0; k < (len + bs - 1) / bs; k++)
-            if (bt[k] < 0 || bt[k] > o->num_blocks)
-                return terr_set(e, "step: sequence %d block %d is %d (num_blocks %d, then the pad block)", b, k,
-                                bt[k], o->num_blocks);
-        for (int32_t i = 0; i < n; i++) {
-            int32_t t = q0 + i, pos = len - n + i;
+        uint32_t bad = 0;
+        for (int32_t k = 0; k < nblk; k++) bad |= (uint32_t)bt[k] > (uint32_t)o->num_blocks;
+        if (bad)
+            for (int32_t k = 0; k < nblk; k++)
+                if (bt[k] < 0 || bt[k] > o->num_blocks)
+                    return terr_set(e, "step: sequence %d block %d is %d (num_blocks %d, then the pad block)", b,
+                                    k, bt[k], o->num_blocks);
+        /* the rows' positions run to len - 1, and their slots follow the table */
+        int32_t pos = len - n, blk = pos / bs, off = pos % bs;
+        for (int32_t t = q0; t < q0 + n; t++, pos++) {
             if (s->positions[t] != pos)
                 return terr_set(e, "step: row %d (sequence %d) has position %d, expected %d", t, b,
                                 s->positions[t], pos);
-            if (s->slot_mapping[t] != bt[pos / bs] * bs + pos % bs)
+            if (s->slot_mapping[t] != bt[blk] * bs + off)
                 return terr_set(e, "step: row %d slot %d disagrees with the block table (%d)", t,
-                                s->slot_mapping[t], bt[pos / bs] * bs + pos % bs);
-            if (s->token_ids[t] < 0 || s->token_ids[t] >= eng->mc.vocab_size)
-                return terr_set(e, "step: row %d token id %d is outside the vocabulary (%d)", t,
-                                s->token_ids[t], eng->mc.vocab_size);
+                                s->slot_mapping[t], bt[blk] * bs + off);
+            if (++off == bs) off = 0, blk++;
         }
     }
+    uint32_t bad = 0;
+    for (int32_t t = 0; t < T; t++) bad |= (uint32_t)s->token_ids[t] >= (uint32_t)V;
+    if (bad)
+        for (int32_t t = 0; t < T; t++)
+            if (s->token_ids[t] < 0 || s->token_ids[t] >= V)
+                return terr_set(e, "step: row %d token id %d is outside the vocabulary (%d)", t, s->token_ids[t], V);
     for (int32_t i = 0; i < s->num_logits; i++)
         if (s->logits_rows[i] < 0 || s->logits_rows[i] >= T)
             return terr_set(e, "step: logits row %d is %d (num_tokens %d)", i, s->logits_rows[i], T);

@@ -141,17 +141,20 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
     if (b->num_items + pad_seqs > o->max_seqs || b->num_tokens + P > o->max_tokens)
         return terr_set(e, "a step of %d requests / %lld tokens (%lld of them padding) exceeds the engine's %d / %d",
                         b->num_items, (long long)(b->num_tokens + P), (long long)P, o->max_seqs, o->max_tokens);
-    int32_t stride = eng->max_blocks_per_seq, T = 0, N = 0, B = b->num_items;
+    /* block table rows as long as the step's longest table: dense, so the rows that the engine
+     * checks and copies up share cache lines */
+    int32_t stride = 1, T = 0, N = 0, B = b->num_items, V = eng->mc.vocab_size;
+    for (int32_t i = 0; i < b->num_items; i++) stride = max_i32(stride, b->items[i].req->blocks.len);
     for (int32_t i = 0; i < b->num_items; i++) {
         const sched_item *it = &b->items[i];
         const request *r = it->req;
         int32_t end = it->context_tokens + it->num_tokens;
-        if ((end + bs - 1) / bs > stride || r->blocks.len > stride)
-            return terr_set(e, "request %lld needs %d blocks, the engine's tables hold %d", (long long)r->id,
-                            r->blocks.len, stride);
+        if ((end + bs - 1) / bs > r->blocks.len || r->blocks.len > eng->max_blocks_per_seq)
+            return terr_set(e, "request %lld holds %d blocks for %d tokens (the engine's tables hold %d)",
+                            (long long)r->id, r->blocks.len, end, eng->max_blocks_per_seq);
         x->qsl[i] = T;
         for (int32_t p = it->context_tokens; p < end; p++, T++) {
-            x->token_ids[T] = (int32_t)(request_token_id(r, p) % (uint32_t)eng->mc.vocab_size);
+            x->token_ids[T] = (int32_t)(request_token_id(r, p) % (uint32_t)V);
             x->positions[T] = p;
             x->slots[T] = r->blocks.ids[p / bs] * bs + p % bs;
         }
@@ -185,17 +188,16 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
         .num_logits = N,
         .logits_rows = x->logits_rows,
     };
+    for (int32_t k = 0; k < N; k++) {
+        x->temp[k] = x->temperature;
+        x->topp[k] = x->top_p;
+        x->unif[k] = x->rng ? (float)gsl_rng_uniform(x->rng) : 0.0f;
+    }
     if (engine_forward(eng, &s, e)) return -1;
     int64_t t_launched = clock_mono_ns();
-    if (N > 0) {
-        for (int32_t k = 0; k < N; k++) {
-            x->temp[k] = x->temperature;
-            x->topp[k] = x->top_p;
-            x->unif[k] = x->rng ? (float)gsl_rng_uniform(x->rng) : 0.0f;
-        }
-        eng_sampling sp = {.temperature = x->temp, .top_p = x->topp, .uniform = x->unif};
-        if (engine_sample(eng, &sp, x->picked, e)) return -1;
-    }
+    /* sampling is queued behind the forward pass (on the GPU backend, while it runs) */
+    eng_sampling sp = {.temperature = x->temp, .top_p = x->topp, .uniform = x->unif};
+    if (N > 0 && engine_sample(eng, &sp, x->picked, e)) return -1;
     if (engine_sync(eng, e) || end_kernel_window(x, out, &trace_ns, e)) return -1;
     for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
     int64_t t_end = clock_mono_ns();
