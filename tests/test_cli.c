@@ -445,6 +445,27 @@ START_TEST(request_rate_inf_puts_every_arrival_at_zero)
 }
 END_TEST
 
+/* run's sampling flags are checked before the engine opens, and named. */
+START_TEST(run_sampling_flags_are_flag_errors)
+{
+    struct {
+        const char *flag, *value, *msg;
+    } cases[] = {
+        {"--temperature", "1e39", "--temperature: 1e+39 must be a finite number >= 0"},
+        {"--temperature", "-0.5", "--temperature: -0.5 must be a finite number >= 0"},
+        {"--top-p", "0", "--top-p: 0 is not in (0, 1]"},
+        {"--top-p", "1.5", "--top-p: 1.5 is not in (0, 1]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r = run_cli("run", "--trace", CONV, "--model", "synthetic:tiny-llama2", "--backend", "cpu",
+                               cases[i].flag, cases[i].value, NULL);
+        ck_assert_msg(r.exit_code == 2 && strstr(r.err, cases[i].msg), "case %zu: exit %d, stderr: %s", i,
+                      r.exit_code, r.err);
+        cli_result_free(&r);
+    }
+}
+END_TEST
+
 /* --priority-classes draws a class per request on replay, in about the given fractions. */
 START_TEST(priority_classes_assigned_on_replay)
 {
@@ -582,6 +603,7 @@ int main(void)
     tcase_add_test(tc, every_request_ends_exactly_once);
     tcase_add_test(tc, time_scale_compresses_arrivals);
     tcase_add_test(tc, request_rate_inf_puts_every_arrival_at_zero);
+    tcase_add_test(tc, run_sampling_flags_are_flag_errors);
     tcase_add_test(tc, priority_classes_assigned_on_replay);
     tcase_add_test(tc, commands_without_the_cuda_engine_do_not_map_cublas);
     suite_add_tcase(s, tc);
