@@ -22,8 +22,10 @@
 #   gpu MODEL   on the GPU machine: writes the traces, profiles MODEL's engine into
 #               configs/profiles/MODEL_h200.csv (unless the measured folder has its profile
 #               already: a run split over several leases), runs every workload (or those named
-#               in $WORKLOADS) with `tandem run`, and packs the measured runs into
-#               $OUT/fidelity-MODEL.tar.gz after each (the device tool brings it back)
+#               in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run --repeat`,
+#               whose spread report and calibrate carry beside each error), and packs the
+#               measured runs into $OUT/fidelity-MODEL.tar.gz after each (the device tool
+#               brings it back)
 #   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz (the measured
 #               runs, committed), simulates each workload with both cost models, runs `tandem
 #               compare`, and writes experiments/results/fidelity/table.csv and steps.csv
@@ -48,6 +50,9 @@ source "$(dirname "$0")/lib.sh"
 exp_init fidelity
 
 MODELS="llama-2-7b llama-3-8b"
+
+# measured DIR: whether DIR holds a measured run, or repeats of one (DIR/1 ..)
+measured() { [ -f "$1/summary.json" ] || [ -f "$1/1/summary.json" ]; }
 
 # name|trace|flags: one workload a line
 workloads() {
@@ -93,7 +98,8 @@ gpu() {
         case " ${WORKLOADS:-$name} " in *" $name "*) ;; *) continue ;; esac
         t0=$SECONDS
         # shellcheck disable=SC2086
-        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda $flags --out "$dir/$name" --quiet \
+        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda $flags --repeat "${REPEAT:-1}" \
+            --out "$dir/$name" --quiet \
             || echo "[$EXP] $model $name: FAILED"
         echo "[$EXP] $model $name: $((SECONDS - t0)) s"
         tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
@@ -114,7 +120,7 @@ report() {
         tar -C "$RAW" -xzf "$packed"
         local dir=$RAW/measured-$model
         while IFS='|' read -r name trace flags; do
-            [ -f "$dir/$name/summary.json" ] || continue
+            measured "$dir/$name" || continue
             # the profile measured beside these runs (the shipped one may be newer)
             local prof=$dir/${model}_h200.csv
             [ -f "$prof" ] || prof=configs/profiles/${model}_h200.csv
@@ -149,7 +155,7 @@ calibrate() {
     mkdir -p "$prof"
     local names=() name trace flags
     while IFS='|' read -r name trace flags; do
-        [ -f "$dir/$name/summary.json" ] && names+=("$name")
+        measured "$dir/$name" && names+=("$name")
     done < <(workloads)
     # shellcheck disable=SC2064 # the paths are fixed now
     trap "rm -f '$table.tmp' '$steps.tmp'" EXIT # a failed run leaves the tables as they were
@@ -160,7 +166,7 @@ calibrate() {
     if [ -f "$table" ]; then tail -n +2 "$table" | { grep -v "^$model," || true; } >> "$table.tmp"; fi
     if [ -f "$steps" ]; then tail -n +2 "$steps" | { grep -v "^$model," || true; } >> "$steps.tmp"; fi
     while IFS='|' read -r name trace flags; do
-        [ -f "$dir/$name/summary.json" ] || continue
+        measured "$dir/$name" || continue
         local loo=() lto=() other
         for other in "${names[@]}"; do
             [ "$other" = "$name" ] && continue
@@ -192,7 +198,7 @@ ship() {
     tar -C "$RAW" -xzf "$packed"
     local dir=$RAW/measured-$model runs=() name trace flags
     while IFS='|' read -r name trace flags; do
-        [ -f "$dir/$name/summary.json" ] && runs+=("$dir/$name")
+        measured "$dir/$name" && runs+=("$dir/$name")
     done < <(workloads)
     "$BIN" profile --from-runs "$(IFS=,; echo "${runs[*]}")" --base "$dir/${model}_h200.csv" \
         --out "configs/profiles/${model}_h200.csv"
