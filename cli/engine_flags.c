@@ -1,7 +1,6 @@
 /* engine_flags.c: see engine_flags.h. */
 #include "cli/engine_flags.h"
 
-#include <float.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -20,15 +19,6 @@ const opt_spec engine_flag_specs[] = {
 
 int engine_flags_open(const engine_flags *f, const serving_options *o, serving_setup *su, engine *eng, terr *e)
 {
-    /* before the engine opens (loading weights can take a while) */
-    if (!(f->temperature >= 0 && f->temperature <= FLT_MAX)) {
-        terr_set(e, "--temperature: %g must be a finite number >= 0", f->temperature);
-        return 2;
-    }
-    if (!(f->top_p > 0 && f->top_p <= 1)) {
-        terr_set(e, "--top-p: %g is not in (0, 1]", f->top_p);
-        return 2;
-    }
     engine_opts eo;
     engine_opts_default(&eo);
     eo.model = o->model;

@@ -10,6 +10,7 @@
  * max_model_len unless overridden. Swap preemption copies blocks to a host pool of
  * --swap-space; the static policy's padding rows run as real work (engine_executor.c).
  */
+#include <float.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,15 @@ int run_main(int argc, char **argv)
     }
     if (o.repeat > 1 && !out) {
         terr_set(&e, "--repeat %lld needs --out DIR (each repeat writes DIR/1, DIR/2, ...)", (long long)o.repeat);
+        goto fail;
+    }
+    /* before the engine opens (loading weights can take a while) */
+    if (!(o.engine.temperature >= 0 && o.engine.temperature <= FLT_MAX)) {
+        terr_set(&e, "--temperature: %g must be a finite number >= 0", o.engine.temperature);
+        goto fail;
+    }
+    if (!(o.engine.top_p > 0 && o.engine.top_p <= 1)) {
+        terr_set(&e, "--top-p: %g is not in (0, 1]", o.engine.top_p);
         goto fail;
     }
     serving_warnings warn;
