@@ -609,22 +609,21 @@ static meta_layout decode_layout(const cuda_model *m, int32_t G, int32_t bucket)
 static void fill_decode_meta(cuda_model *m, const eng_step *s, int32_t G, const meta_layout *l)
 {
     int32_t *h = m->h_meta, B = s ? s->num_seqs : 0, N = s ? s->num_logits : 0, bs = m->o.block_size;
-    for (int32_t b = 0; b < G; b++) {
-        bool real = b < B;
-        h[l->tok + b] = real ? s->token_ids[b] : 0;
-        h[l->pos + b] = real ? s->positions[b] : 0;
-        h[l->slot + b] = real ? s->slot_mapping[b] : m->scratch_block * bs;
-        h[l->lens + b] = real ? s->seq_lens[b] : 1;
-        h[l->qsl + b] = b;
-        h[l->dec + b] = b;
-        int32_t *bt = h + l->bt + (int64_t)b * l->S;
-        if (real)
-            memcpy(bt, s->block_tables + (int64_t)b * s->block_table_stride,
-                   sizeof(int32_t) * (size_t)div_ceil_i64(s->seq_lens[b], bs));
-        else
-            bt[0] = m->scratch_block;
+    if (B) {
+        memcpy(h + l->tok, s->token_ids, sizeof(int32_t) * (size_t)B);
+        memcpy(h + l->pos, s->positions, sizeof(int32_t) * (size_t)B);
+        memcpy(h + l->slot, s->slot_mapping, sizeof(int32_t) * (size_t)B);
+        memcpy(h + l->lens, s->seq_lens, sizeof(int32_t) * (size_t)B);
     }
-    h[l->qsl + G] = G;
+    for (int32_t b = 0; b < B; b++)
+        memcpy(h + l->bt + (int64_t)b * l->S, s->block_tables + (int64_t)b * s->block_table_stride,
+               sizeof(int32_t) * (size_t)((s->seq_lens[b] + bs - 1) / bs));
+    for (int32_t b = B; b < G; b++) { /* padding rows: one token each at the scratch block */
+        h[l->tok + b] = 0, h[l->pos + b] = 0, h[l->slot + b] = m->scratch_block * bs, h[l->lens + b] = 1;
+        h[l->bt + (int64_t)b * l->S] = m->scratch_block;
+    }
+    for (int32_t b = 0; b <= G; b++) h[l->qsl + b] = b;
+    for (int32_t b = 0; b < G; b++) h[l->dec + b] = b;
     for (int32_t k = 0; k < N; k++) {
         h[l->rows + k] = s->logits_rows[k];
         m->row_used[s->logits_rows[k]] = 1;
@@ -747,10 +746,10 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
     cuda_model *m = self;
     if (wait_for_swaps(m, s, e)) return ENGINE_ERR_DEVICE;
     int32_t T = s->num_tokens, B = s->num_seqs, N = s->num_logits;
-    int32_t nd = 0, np = 0, max_len = 0, max_blocks = 1;
+    int32_t nd = 0, np = 0, max_len = 0, longest = 1;
     for (int32_t b = 0; b < B; b++) {
         int32_t n = s->query_start_loc[b + 1] - s->query_start_loc[b];
-        max_blocks = max_i32(max_blocks, (int32_t)div_ceil_i64(s->seq_lens[b], m->o.block_size));
+        longest = max_i32(longest, s->seq_lens[b]);
         if (n == 1) {
             nd++;
             max_len = max_i32(max_len, s->seq_lens[b]);
@@ -759,6 +758,7 @@ static int cuda_forward(void *self, const eng_step *s, terr *e)
         }
     }
     if (nd == B && np == 0 && m->o.cuda_graphs) return forward_decode_graph(m, s, max_len, e);
+    int32_t max_blocks = (int32_t)div_ceil_i64(longest, m->o.block_size);
 
     meta_layout l = layout_for(T, B, N, nd, np, max_blocks);
     /* The previous step's copy out of h_meta must be done before it is overwritten. */
@@ -842,7 +842,8 @@ static int cuda_sample(void *self, int32_t n, const eng_sampling *sp, int32_t *o
 {
     cuda_model *m = self;
     if (n == 0) return 0;
-    CU_TRY(cudaStreamSynchronize(m->stream)); /* h_samp / h_tok are free */
+    /* Queued behind the forward pass without waiting for it: h_samp and h_tok are free, since
+     * the previous call returned only once its copies were done. */
     memcpy(m->h_samp, sp->temperature, sizeof(float) * (size_t)n);
     memcpy(m->h_samp + n, sp->top_p, sizeof(float) * (size_t)n);
     memcpy(m->h_samp + 2 * n, sp->uniform, sizeof(float) * (size_t)n);
