@@ -86,7 +86,8 @@ END_TEST
 
 /* --settle-ms runs every point untimed for that long first (the CPU backend's default is none);
  * a value out of range names the flag. With a budget of two prompts, the grid has an offline
- * batch's mixed step: prompts of 512 filling the budget beside the decodes. */
+ * batch's mixed step: prompts of 512 filling the budget beside the decodes; and a server's skewed
+ * decode step: seven at half max_model_len, one at the longest (its grid sized by that one). */
 START_TEST(settle_runs_each_point_untimed_first)
 {
     char out[4300];
@@ -102,6 +103,8 @@ START_TEST(settle_runs_each_point_untimed_first)
     ck_assert_msg(text && strstr(text, "# settle_ms: 150\n"), "the header does not record --settle-ms");
     ck_assert_msg(strstr(text, "\nmixed,2,1,3,1024,1,"), "no step of two 512-token prompts beside a decode:\n%s",
                   text);
+    ck_assert_msg(strstr(text, "\ndecode,0,8,8,0,8,0,0,2311,724487,512,"),
+                  "no decode step of 7 sequences at 256 tokens and one at 511:\n%s", text);
     int rows = 0;
     for (char *p = strstr(text, "\nkind,"); p && (p = strchr(p + 1, '\n'));) rows += p[1] && p[1] != '#';
     free(text);
