@@ -66,9 +66,21 @@ static const char *strip_synthetic(const char *model)
     return strncmp(model, "synthetic:", 10) ? model : model + 10;
 }
 
-/* The trace paths name one file (resolved when both exist, as given otherwise). */
-static bool same_trace(const char *a, const char *b)
+/* The trace's content hash a run recorded (config.resolved.trace_xxh3), "" when it has none
+ * (a trace read from a pipe). */
+static const char *trace_xxh3(const run_results *r)
 {
+    json_t *h = json_object_get(json_object_get(r->config, "resolved"), "trace_xxh3");
+    return json_is_string(h) ? json_string_value(h) : "";
+}
+
+/* Whether two runs replayed one trace: by the files' contents when both recorded them (the
+ * same trace found under another path, on another machine, is the same trace), else by the
+ * paths (resolved when both exist, as given otherwise). */
+static bool same_trace(const run_results *m, const run_results *s, const char *a, const char *b)
+{
+    const char *ha = trace_xxh3(m), *hb = trace_xxh3(s);
+    if (ha[0] && hb[0]) return !strcmp(ha, hb);
     char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
     bool same = ra && rb ? !strcmp(ra, rb) : !strcmp(a, b);
     free(ra);
@@ -107,7 +119,13 @@ static int check_config(const run_results *m, const run_results *s, json_t *note
     }
     run_results_config_text(m, "trace", a, sizeof a);
     run_results_config_text(s, "trace", b, sizeof b);
-    if (!same_trace(a, b)) return terr_set(e, "trace: \"%s\" in MEASURED, \"%s\" in SIMULATED", a, b);
+    if (!same_trace(m, s, a, b)) {
+        const char *ha = trace_xxh3(m), *hb = trace_xxh3(s);
+        if (ha[0] && hb[0])
+            return terr_set(e, "trace: \"%s\" (xxh3 %s) in MEASURED, \"%s\" (xxh3 %s) in SIMULATED: the files differ", a,
+                            ha, b, hb);
+        return terr_set(e, "trace: \"%s\" in MEASURED, \"%s\" in SIMULATED", a, b);
+    }
     for (size_t i = 0; i < ARRAY_LEN(must_agree); i++) {
         run_results_config_text(m, must_agree[i], a, sizeof a);
         run_results_config_text(s, must_agree[i], b, sizeof b);

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -319,7 +320,18 @@ static int relabel_next(void *self, arrival *a, terr *e)
     return 1;
 }
 
-static json_t *config_json(const serving_options *o, const serving_setup *su, const char *format_name)
+/* The trace's content hash (xxh3, hex) into hex when it is a regular file, else "": `tandem
+ * compare` holds two runs to one trace by their files' contents, not by their paths (a run
+ * measured on a GPU machine names the trace as it was found there). */
+static void trace_hash(const char *path, char hex[17])
+{
+    struct stat st;
+    terr e;
+    if (stat(path, &st) || !S_ISREG(st.st_mode) || provenance_hash_file(path, hex, &e)) hex[0] = 0;
+}
+
+static json_t *config_json(const serving_options *o, const serving_setup *su, const char *format_name,
+                           const char *trace_xxh3)
 {
     json_t *cfg = opts_to_json(serving_option_specs(), o);
     json_t *r = json_object();
@@ -337,6 +349,7 @@ static json_t *config_json(const serving_options *o, const serving_setup *su, co
     }
     json_object_set_new(r, "gpu", json_string(su->gpu->description));
     json_object_set_new(r, "trace_format", json_string(format_name));
+    if (trace_xxh3[0]) json_object_set_new(r, "trace_xxh3", json_string(trace_xxh3));
     json_object_set_new(cfg, "resolved", r);
     return cfg;
 }
@@ -563,6 +576,8 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     serving_trace_options(o, &to);
     trace_reader *tr;
     if (trace_open(&tr, o->trace, &to, e)) return 2;
+    char trace_xxh3[17];
+    trace_hash(o->trace, trace_xxh3);
     serving_warnings warn;
     collect_warnings(o, su, tr, !ex.ops->measures_host, &warn);
     json_t *extra = json_object();
@@ -651,7 +666,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
     if (rl.rng) gsl_rng_free(rl.rng);
     if (!code) {
         metrics_add_bad_rows(m, trace_bad_rows(tr));
-        json_t *cfg = config_json(o, su, trace_format_name(tr));
+        json_t *cfg = config_json(o, su, trace_format_name(tr), trace_xxh3);
         if (trace_num_client_names(tr)) { /* requests.csv's client ids, by name */
             json_t *names = json_array();
             for (int64_t i = 0; i < trace_num_client_names(tr); i++)

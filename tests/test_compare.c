@@ -205,6 +205,37 @@ START_TEST(mismatched_runs_are_refused_naming_what_differs)
 }
 END_TEST
 
+/* A run is held to a trace by the file's contents: the same trace found under another path (as
+ * on the GPU machine that measured the run) is the same trace; a file that differs is refused,
+ * with both hashes. */
+START_TEST(trace_is_matched_by_contents_not_path)
+{
+    char moved[4300], cmd[18000];
+    snprintf(moved, sizeof moved, "%s/moved.csv", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s", trace, moved);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    char *sim = out_dir("moved_sim");
+    expect_ok(run_cli("sim", "--trace", moved, "--model", "synthetic:tiny-llama2", "--max-num-seqs", "4",
+                      "--max-model-len", "128", "--block-size", "4", "--max-num-batched-tokens", "64",
+                      "--num-gpu-blocks-override", "40", "--quiet", "--out", sim, NULL),
+              "sim of the moved trace");
+    expect_ok(run_cli("compare", run_out, sim, "--quiet", NULL), "compare against the moved trace's sim");
+
+    /* a file that differs (its last request one second later) */
+    snprintf(cmd, sizeof cmd, "awk -F, -v OFS=, 'NR == 13 { $1 = $1 + 1 } { print }' %s > %s.tmp && mv %s.tmp %s",
+             moved, moved, moved, moved);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    char *changed = out_dir("changed_sim");
+    expect_ok(run_cli("sim", "--trace", moved, "--model", "synthetic:tiny-llama2", "--max-num-seqs", "4",
+                      "--max-model-len", "128", "--block-size", "4", "--max-num-batched-tokens", "64",
+                      "--num-gpu-blocks-override", "40", "--quiet", "--out", changed, NULL),
+              "sim of the changed trace");
+    expect_refused(run_out, changed, "in SIMULATED: the files differ");
+    free(sim);
+    free(changed);
+}
+END_TEST
+
 /* The fixture's requests, worked out by hand (seconds in the file, ms here): request 3 failed
  * (error text, output 0); TTFTs 50, 60, 70, 40; ITLs {10, 12, 11}, {20, 10}, {10 x 4}, {};
  * E2E = TTFT + the sum of the ITLs: 83, 90, 110, 40; TPOT = (E2E - TTFT) / (output - 1) for
@@ -306,6 +337,7 @@ int main(void)
     tcase_add_test(tc, run_against_sim_reports_every_metric_and_step);
     tcase_add_test(tc, sim_against_itself_has_exactly_zero_error);
     tcase_add_test(tc, mismatched_runs_are_refused_naming_what_differs);
+    tcase_add_test(tc, trace_is_matched_by_contents_not_path);
     tcase_add_test(tc, vllm_result_is_read_and_joined);
     tcase_add_test(tc, repeats_give_a_spread);
     tcase_add_test(tc, bad_inputs_are_errors_that_name_them);
