@@ -163,8 +163,10 @@ endef
 # uses the one that matches --model and --gpu.
 $(EMBED_SRC): $(wildcard configs/models/*.json) Makefile
 	$(call embed_files,core/model_config.h,model_config_file,model_config_files,$(wildcard configs/models/*.json),.json)
-$(PROFILES_SRC): $(wildcard configs/profiles/*.csv) Makefile
-	$(call embed_files,sim/profile_model.h,profile_file,shipped_profiles,$(wildcard configs/profiles/*.csv),.csv)
+# (a profile's kernel table, MODEL_GPU.kernels.csv beside it, is no profile)
+SHIPPED_PROFILES := $(filter-out %.kernels.csv,$(wildcard configs/profiles/*.csv))
+$(PROFILES_SRC): $(SHIPPED_PROFILES) Makefile
+	$(call embed_files,sim/profile_model.h,profile_file,shipped_profiles,$(SHIPPED_PROFILES),.csv)
 $(BUILD)/rel/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@

@@ -12,7 +12,8 @@ const opt_spec engine_flag_specs[] = {
     {"top-p", OPT_F64, O(top_p), "1", "nucleus sampling"},
     {"cuda-graphs", OPT_BOOL, O(cuda_graphs), "true", "replay decode steps from CUDA graphs"},
     {"kernel-trace", OPT_BOOL, O(kernel_trace), "false",
-     "cuda: time each step's GPU kernels with CUPTI (steps.csv: kernel_us, kernel_busy); slows decode steps ~16%"},
+     "cuda: time each step's GPU kernels with CUPTI (steps.csv: kernel_us, kernel_busy, time by kind; "
+     "profile: FILE.kernels.csv); slows decode steps ~16%"},
     OPT_END,
 };
 #undef O

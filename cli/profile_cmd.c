@@ -34,12 +34,18 @@
  *   p90_ms,min_ms,max_ms
  * The shape columns are core/batch.h's step_shape, as steps.csv writes them.
  *
+ * With --kernel-trace (cuda), FILE less .csv plus .kernels.csv gets each point's kernel time by
+ * kind (core/executor.h's kernel_kind), the busy fraction and the gap, medians over the timed
+ * steps: where a step's time goes. The trace slows the steps it times (decode ~16%), so the
+ * header says it was on, and the profile the cost model learns from is measured without it.
+ *
  * `--from-runs DIR,...` is another mode, with flags of its own: the profile made from measured
  * serving runs' steps instead of a grid measured now (cli/profile_runs.h).
  */
 #include <assert.h>
 #include <errno.h>
 #include <gsl/gsl_randist.h>
+#include <math.h>
 #include <gsl/gsl_rng.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -92,7 +98,7 @@ static const opt_spec *profile_option_specs(void)
     static const char *const serving_keep[] = {"model", "gpu", "block-size", "max-num-seqs", "max-num-batched-tokens",
                                                "max-model-len", "gpu-memory-utilization", "num-gpu-blocks-override",
                                                "quiet", NULL};
-    static const char *const engine_keep[] = {"backend", "weight-seed", "cuda-graphs", NULL};
+    static const char *const engine_keep[] = {"backend", "weight-seed", "cuda-graphs", "kernel-trace", NULL};
     if (!table) {
         opts_pick(&table, &n, serving_option_specs(), offsetof(profile_options, serving), serving_keep);
         opts_pick(&table, &n, engine_flag_specs, offsetof(profile_options, engine), engine_keep);
@@ -217,12 +223,71 @@ static int make_item(kv_manager *kv, request *r, int64_t id, int32_t ctx, int32_
 
 typedef struct measured {
     double median, p10, p90, min, max; /* ms */
+    /* with the kernel trace (traced): medians over the timed steps, in ms (busy: a fraction) */
+    bool traced;
+    double kernel_ms, busy, kind_ms[KERNEL_NUM_KINDS], gap_ms;
 } measured;
 
-/* Builds p's batch, runs it warmup + repeats times, and frees its blocks. */
+/* A point's steps, in order: each one's wall time, and the kernel times the executor reports for
+ * them (some during the steps, the rest when settled). */
+typedef struct kernel_log {
+    int64_t *duration_ns;  /* (cap) */
+    step_kernel_time *k;   /* (cap) */
+    size_t n_dur, n, cap;
+} kernel_log;
+
+static void kernel_log_room(kernel_log *l, size_t need)
+{
+    if (need <= l->cap) return;
+    while (l->cap < need) l->cap = l->cap ? 2 * l->cap : 64;
+    l->duration_ns = xrealloc(l->duration_ns, l->cap * sizeof *l->duration_ns);
+    l->k = xrealloc(l->k, l->cap * sizeof *l->k);
+}
+
+static void kernel_log_add(kernel_log *l, const step_kernel_time *k, int32_t n)
+{
+    kernel_log_room(l, l->n + (size_t)n);
+    for (int32_t i = 0; i < n; i++) l->k[l->n++] = k[i];
+}
+
+/* One step through the executor, logged. */
+static int run_step(executor ex, const batch *b, kernel_log *l, step_result *out, terr *e)
+{
+    if (ex.ops->execute(ex.self, b, out, e)) return -1;
+    kernel_log_room(l, l->n_dur + 1);
+    l->duration_ns[l->n_dur++] = out->duration_ns;
+    kernel_log_add(l, out->kernel_times, out->num_kernel_times);
+    return 0;
+}
+
+/* The medians of the last `repeats` steps' kernel figures into m (the executor settled every
+ * step of the point first). */
+static void kernel_medians(const kernel_log *l, int64_t repeats, measured *m)
+{
+    samples s[KERNEL_NUM_KINDS + 3] = {0};
+    for (size_t i = l->n - (size_t)repeats; i < l->n; i++) {
+        const step_kernel_time *k = &l->k[i];
+        double dur = (double)l->duration_ns[i];
+        samples_add(&s[0], (double)k->kernel_ns / 1e6);
+        samples_add(&s[1], dur > 0 ? (double)k->busy_ns / dur : 0);
+        samples_add(&s[2], fmax(0, dur - (double)k->busy_ns) / 1e6);
+        for (int j = 0; j < KERNEL_NUM_KINDS; j++) samples_add(&s[3 + j], (double)k->kind_ns[j] / 1e6);
+    }
+    m->traced = true;
+    m->kernel_ms = samples_percentile(&s[0], 50), m->busy = samples_percentile(&s[1], 50);
+    m->gap_ms = samples_percentile(&s[2], 50);
+    for (int j = 0; j < KERNEL_NUM_KINDS; j++) m->kind_ms[j] = samples_percentile(&s[3 + j], 50);
+    for (int j = 0; j < KERNEL_NUM_KINDS + 3; j++) samples_free(&s[j]);
+}
+
+/* Builds p's batch, runs it warmup + repeats times, and frees its blocks. With the kernel trace
+ * on, settles the point's steps at its end (a forced flush, outside every timed step) and takes
+ * the timed steps' kernel figures. */
 static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const grid_point *p, int64_t warmup,
                    int64_t settle_ms, int64_t repeats, step_shape *shape, measured *m, terr *e)
 {
+    kernel_log log = {0};
+    bool traced = ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self);
     batch_clear(b);
     int32_t k = 0;
     int rc = 0;
@@ -238,17 +303,28 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
         int64_t settled_ns = 0;
         for (int64_t i = 0; (i < warmup || settled_ns < settle_ms * 1000000) && !rc; i++) {
             step_result out;
-            rc = ex.ops->execute(ex.self, b, &out, e);
+            rc = run_step(ex, b, &log, &out, e);
             if (!rc) settled_ns += out.duration_ns;
         }
         for (int64_t i = 0; i < repeats && !rc; i++) {
             step_result out;
-            rc = ex.ops->execute(ex.self, b, &out, e);
+            rc = run_step(ex, b, &log, &out, e);
             if (!rc) samples_add(&s, (double)out.duration_ns / 1e6);
         }
         if (!rc) {
-            *m = (measured){samples_percentile(&s, 50), samples_percentile(&s, 10), samples_percentile(&s, 90),
-                            samples_percentile(&s, 0), samples_percentile(&s, 100)};
+            *m = (measured){.median = samples_percentile(&s, 50), .p10 = samples_percentile(&s, 10),
+                            .p90 = samples_percentile(&s, 90), .min = samples_percentile(&s, 0),
+                            .max = samples_percentile(&s, 100)};
+        }
+        if (!rc && traced) {
+            const step_kernel_time *late;
+            int32_t n;
+            rc = ex.ops->settle(ex.self, &late, &n, e);
+            if (!rc) kernel_log_add(&log, late, n);
+            if (!rc && log.n != log.n_dur)
+                rc = terr_set(e, "profile: %zu steps but %zu kernel times (the kernel trace lost steps)", log.n_dur,
+                              log.n);
+            if (!rc) kernel_medians(&log, repeats, m);
         }
         samples_free(&s);
     }
@@ -256,7 +332,17 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
         if (ex.ops->release) ex.ops->release(ex.self, &reqs[i]);
         kv_free_request(kv, &reqs[i]);
     }
+    free(log.k), free(log.duration_ns);
     return rc;
+}
+
+/* The kernel table beside profile FILE: FILE less ".csv", then ".kernels.csv" (a name the build
+ * does not take for a profile to embed). */
+static void kernels_path(const char *profile, char *buf, size_t size)
+{
+    size_t n = strlen(profile);
+    if (n > 4 && !strcmp(profile + n - 4, ".csv")) n -= 4;
+    snprintf(buf, size, "%.*s.kernels.csv", (int)n, profile);
 }
 
 /* "NVIDIA H200, 580.95.05, 1980 MHz, 1980 MHz" from nvidia-smi, or "unknown". */
@@ -290,6 +376,7 @@ static void write_header(FILE *f, const profile_options *o, const serving_setup 
     fprintf(f, "# device: %s\n", device);
     fprintf(f, "# backend: %s\n", eng->ops->name);
     fprintf(f, "# cuda_graphs: %s\n", o->engine.cuda_graphs ? "on" : "off");
+    fprintf(f, "# kernel_trace: %s\n", engine_traces_kernels(eng) ? "on" : "off");
     fprintf(f, "# block_size: %d\n", su->sched.block_size);
     fprintf(f, "# num_gpu_blocks: %lld\n", (long long)g->num_blocks);
     fprintf(f, "# max_num_seqs: %d\n", g->max_seqs);
@@ -333,8 +420,9 @@ int profile_main(int argc, char **argv)
     bool kv_ready = false;
     request *reqs = NULL;
     batch b = {0};
-    FILE *f = NULL;
-    out_atomic out = {0};
+    FILE *f = NULL, *kf = NULL;
+    out_atomic out = {0}, kout = {0};
+    char kpath[4200] = "";
     if (rc == 1) {
         code = 0;
         goto done;
@@ -382,6 +470,20 @@ int profile_main(int argc, char **argv)
     }
     f = out.f;
     write_header(f, &o, &su, &eng, &g, argc, argv);
+    if (ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self)) {
+        kernels_path(o.profile_out, kpath, sizeof kpath);
+        if (out_atomic_open(&kout, kpath, "w", &e)) {
+            code = 1;
+            goto fail;
+        }
+        kf = kout.f;
+        fprintf(kf, "# tandem profile kernels 1\n# profile: %s\n# model: %s\n# gpu: %s\n", o.profile_out,
+                su.model.name, su.gpu->name);
+        fprintf(kf, "kind,num_prefill_seqs,num_decode_seqs,prefill_tokens,decode_tokens,decode_keys,max_keys,"
+                    "median_ms,kernel_ms,kernel_busy");
+        for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%s_ms", kernel_kind_names[j]);
+        fprintf(kf, ",gap_ms\n");
+    }
     for (size_t i = 0; i < g.n; i++) {
         step_shape s = {0};
         measured m = {0};
@@ -394,6 +496,13 @@ int profile_main(int argc, char **argv)
                 (long long)s.decode_tokens, (long long)s.prefill_pairs2, (long long)s.prefill_keys,
                 (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys, (long long)o.repeats, m.median, m.p10,
                 m.p90, m.min, m.max);
+        if (kf) {
+            fprintf(kf, "%s,%d,%d,%lld,%lld,%lld,%d,%.4f,%.4f,%.4f", g.p[i].kind, s.num_prefill_seqs,
+                    s.num_decode_seqs, (long long)s.prefill_tokens, (long long)s.decode_tokens,
+                    (long long)s.decode_keys, s.max_keys, m.median, m.kernel_ms, m.busy);
+            for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%.4f", m.kind_ms[j]);
+            fprintf(kf, ",%.4f\n", m.gap_ms);
+        }
         if (!o.serving.quiet && isatty(fileno(stderr)))
             fprintf(stderr, "\rprofile: %zu/%zu points", i + 1, g.n);
     }
@@ -403,13 +512,20 @@ int profile_main(int argc, char **argv)
         code = 1;
         goto fail;
     }
+    kf = NULL;
+    if (kpath[0] && out_atomic_close(&kout, true, &e)) {
+        code = 1;
+        goto fail;
+    }
     if (!o.serving.quiet)
-        printf("profile: %zu points of %s on the %s engine (%lld KV blocks) -> %s\n", g.n, su.model.name,
-               eng.ops->name, (long long)g.num_blocks, o.profile_out);
+        printf("profile: %zu points of %s on the %s engine (%lld KV blocks) -> %s%s%s\n", g.n, su.model.name,
+               eng.ops->name, (long long)g.num_blocks, o.profile_out, kpath[0] ? ", kernel time by kind -> " : "",
+               kpath);
     code = 0;
     goto done;
 fail:
     fprintf(stderr, "tandem profile: %s\n", e.msg);
+    if (kf) out_atomic_close(&kout, false, NULL);
     if (f) out_atomic_close(&out, false, NULL);
 done:
     batch_free(&b);

@@ -16,10 +16,25 @@
 #include "batch.h"
 #include "util.h"
 
-/* One step's GPU kernels, from the GPU's own timestamps: their durations summed, and the time at
- * least one ran (their union: kernels that overlap count once). */
+/* What a GPU kernel does, told by its name (engine/kernel_trace.c): GEMMs (cuBLAS's and the
+ * engine's weight-streaming one), attention, one kernel doing whole layers (the engine's
+ * streamed batch-1 decode), element-wise work (embedding, norms, RoPE, SiLU), sampling, and
+ * anything else. */
+typedef enum kernel_kind {
+    KERNEL_GEMM,
+    KERNEL_ATTENTION,
+    KERNEL_FUSED,
+    KERNEL_ELEMENTWISE,
+    KERNEL_SAMPLING,
+    KERNEL_OTHER,
+    KERNEL_NUM_KINDS
+} kernel_kind;
+
+/* One step's GPU kernels, from the GPU's own timestamps: their durations summed, in all and by
+ * kind, and the time at least one ran (their union: kernels that overlap count once). */
 typedef struct step_kernel_time {
     int64_t kernel_ns, busy_ns;
+    int64_t kind_ns[KERNEL_NUM_KINDS]; /* kernel_ns split by kind: they sum to it */
 } step_kernel_time;
 
 typedef struct step_result {

@@ -97,6 +97,9 @@ static void ob_ms(obuf *o, double ns) { ob_fixed(o, ns_to_us(ns), 3); }
 
 /* ---- the metrics object ---- */
 
+const char *const kernel_kind_names[KERNEL_NUM_KINDS] = {"gemm",        "attention", "fused",
+                                                        "elementwise", "sampling",  "other"};
+
 /* A step whose row waits for its kernel time (write_kernel_time). */
 typedef struct held_step {
     size_t text_end;     /* its row so far: held_text from the previous one's end to here */
@@ -123,6 +126,7 @@ struct metrics {
     qhist kernel_us;                 /* per step, on a 0.1 us grid (write_kernel_time) */
     qhist kernel_busy;               /* per step, a fraction on a 1e-4 grid (write_kernel_time) */
     double kernel_busy_ns, kernel_step_ns; /* summed over steps (write_kernel_time) */
+    double kernel_kind_ns[KERNEL_NUM_KINDS], kernel_gap_ns; /* summed over steps (write_kernel_time) */
     /* Steps waiting for their kernel time, oldest first: [held_head, n_held). The kernel trace
      * settles steps some steps late (engine/kernel_trace.h), so their rows wait here. */
     held_step *held;                       /* (cap_held) */
@@ -184,7 +188,13 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
             if (!m->req_out) goto fail;
         }
         if (opt->write_steps) {
-            char head[512];
+            char head[1024], kernel_cols[256] = "";
+            if (opt->write_kernel_time) {
+                size_t k = (size_t)snprintf(kernel_cols, sizeof kernel_cols, ",kernel_us,kernel_busy");
+                for (int i = 0; i < KERNEL_NUM_KINDS; i++)
+                    k += (size_t)snprintf(kernel_cols + k, sizeof kernel_cols - k, ",kernel_%s_us", kernel_kind_names[i]);
+                snprintf(kernel_cols + k, sizeof kernel_cols - k, ",kernel_gap_us");
+            }
             snprintf(head, sizeof head, "%s%s%s%s\n",
                      "step,start_s,duration_ms,num_running,num_waiting,batch_size,"
                      "prefill_tokens,decode_tokens,kv_blocks_used,kv_usage,"
@@ -192,7 +202,7 @@ int metrics_open(metrics **out, const metrics_options *opt, terr *e)
                      "num_decode_seqs,num_emitting,padding_tokens,prefill_pairs2,"
                      "prefill_keys,decode_keys,decode_keys_sq,max_keys,gflop,gbyte,mfu,mbu",
                      opt->write_host_time ? ",host_us,sched_us" : "",
-                     opt->write_kernel_time ? ",kernel_us,kernel_busy" : "", replica_col);
+                     kernel_cols, replica_col);
             m->step_out = open_csv(opt->out_dir, "steps.csv", head, e);
             if (opt->write_kernel_time) m->row = xcalloc(1, sizeof *m->row); /* f NULL: never flushed */
             if (!m->step_out || preempt_log_open(&m->preempts, opt->out_dir, e)) goto fail;
@@ -448,6 +458,9 @@ void metrics_step_kernels(metrics *m, const step_kernel_time *k, size_t n)
         qhist_add(&m->kernel_busy, busy, 1);
         m->kernel_busy_ns += (double)k[i].busy_ns;
         m->kernel_step_ns += (double)h->duration_ns;
+        int64_t gap_ns = h->duration_ns > k[i].busy_ns ? h->duration_ns - k[i].busy_ns : 0;
+        for (int j = 0; j < KERNEL_NUM_KINDS; j++) m->kernel_kind_ns[j] += (double)k[i].kind_ns[j];
+        m->kernel_gap_ns += (double)gap_ns;
         obuf *o = m->step_out;
         if (o) {
             const char *row = m->held_text + m->held_text_start;
@@ -465,6 +478,12 @@ void metrics_step_kernels(metrics *m, const step_kernel_time *k, size_t n)
             ob_fixed(o, (k[i].kernel_ns + 5) / 10, 2); /* us */
             ob_char(o, ',');
             ob_fixed(o, llround(busy * 1e4), 4);
+            for (int j = 0; j < KERNEL_NUM_KINDS; j++) {
+                ob_char(o, ',');
+                ob_fixed(o, (k[i].kind_ns[j] + 5) / 10, 2); /* us */
+            }
+            ob_char(o, ',');
+            ob_fixed(o, (gap_ns + 5) / 10, 2); /* us */
             if (m->reps) {
                 ob_char(o, ',');
                 ob_i64(o, h->replica);
@@ -566,6 +585,11 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
                             json_pack("{s:f,s:f,s:f,s:f,s:f}", "mean", s->kernel_busy.mean, "median",
                                       s->kernel_busy.median, "p1", s->kernel_busy.p1, "min", s->kernel_busy.min,
                                       "overall", s->kernel_busy.overall));
+        json_t *kinds = json_object();
+        for (int i = 0; i < KERNEL_NUM_KINDS; i++)
+            json_object_set_new(kinds, kernel_kind_names[i], json_real(s->kernel_kind_s[i] * 1e3));
+        json_object_set_new(o, "kernel_ms_by_kind", kinds);
+        json_object_set_new(o, "kernel_gap_ms", json_real(s->kernel_gap_s * 1e3));
     }
     return o;
 }
@@ -599,6 +623,8 @@ int metrics_finish(metrics *m, json_t *config, metrics_summary *out, terr *e)
     s->kernel_busy.p1 = qhist_percentile(kb, 1);
     s->kernel_busy.min = kb->n ? kb->min : 0;
     s->kernel_busy.overall = m->kernel_step_ns > 0 ? m->kernel_busy_ns / m->kernel_step_ns : 0;
+    for (int i = 0; i < KERNEL_NUM_KINDS; i++) s->kernel_kind_s[i] = m->kernel_kind_ns[i] / 1e9;
+    s->kernel_gap_s = m->kernel_gap_ns / 1e9;
     s->busy_s = m->busy_ns / 1e9;
     /* a cluster's replicas are busy side by side: the fraction is of their time together */
     s->num_replicas = m->reps ? m->opt.num_replicas : 1;

@@ -38,9 +38,10 @@ typedef struct metrics_options {
     bool write_requests;    /* requests.csv (on by default in the CLI) */
     bool write_steps;       /* steps.csv (on by default in the CLI) */
     bool write_host_time;   /* steps.csv gains host_us and sched_us (an executor that measures) */
-    bool write_kernel_time; /* steps.csv gains kernel_us and kernel_busy (an executor that times
-                               the GPU's kernels: the CUDA engine with its kernel trace on); they
-                               come later than the steps (metrics_step_kernels) */
+    bool write_kernel_time; /* steps.csv gains kernel_us, kernel_busy, the kernel time by kind
+                               and the gap (an executor that times the GPU's kernels: the CUDA
+                               engine with its kernel trace on); they come later than the steps
+                               (metrics_step_kernels) */
     bool write_tokens;      /* tokens.csv: each finished request's generated token ids, when the
                                executor produced real tokens (the engine) */
     double peak_flops;      /* the GPU's datasheet bf16 rate, for MFU (0: not reported) */
@@ -114,6 +115,9 @@ typedef struct metrics_summary {
         double mean, median, p1, min; /* per step: kernel busy time / step wall time */
         double overall;               /* kernel busy time / step time, both summed over steps */
     } kernel_busy;             /* when write_kernel_time */
+    double kernel_kind_s[KERNEL_NUM_KINDS]; /* kernel time by kind, summed over steps (s), when
+                                               write_kernel_time */
+    double kernel_gap_s;       /* step time during which no kernel ran, summed (s) */
     int32_t num_replicas;      /* 1 for one replica */
     double load_imbalance;     /* max / mean over replicas of busy time (1 = even; 1 for one) */
 } metrics_summary;
@@ -143,6 +147,8 @@ void metrics_step(metrics *m, const step_stats *s);
  * rows are completed and written. n may not exceed the steps waiting. Ignored without
  * write_kernel_time. */
 void metrics_step_kernels(metrics *m, const step_kernel_time *k, size_t n);
+/* kernel_kind's names as steps.csv (kernel_NAME_us) and summary.json write them: "gemm", ... */
+extern const char *const kernel_kind_names[KERNEL_NUM_KINDS];
 void metrics_add_bad_rows(metrics *m, int64_t n);
 /* Computes the summary, writes summary.json (with `config` under "config" when not NULL; the
  * reference is stolen), flushes and closes the CSVs. */

@@ -82,7 +82,8 @@ static int64_t settle(engine_exec *x, bool all, terr *e)
     grow_array((void **)&x->settled, sizeof *x->settled, &x->cap_settled, n);
     for (size_t i = 0; i < n; i++) {
         assert(k[i].step == x->steps_settled + (int64_t)i); /* one window per step, in order */
-        x->settled[i] = (step_kernel_time){k[i].kernel_ns, k[i].busy_ns};
+        x->settled[i] = (step_kernel_time){k[i].kernel_ns, k[i].busy_ns, {0}};
+        memcpy(x->settled[i].kind_ns, k[i].kind_ns, sizeof k[i].kind_ns);
     }
     x->steps_settled += (int64_t)n;
     return (int64_t)n;

@@ -33,14 +33,37 @@ void ktrace_sort_spans(ktrace_span *spans, size_t n)
     }
 }
 
-/* Sum and union of sorted spans. */
-static int64_t measure_sorted(const ktrace_span *spans, size_t n, int64_t *busy_ns)
+kernel_kind ktrace_classify(const char *name)
+{
+    static const struct {
+        const char *part;
+        kernel_kind kind;
+    } rules[] = {
+        /* before "gemm": the engine's own kernels, whose names say what they are */
+        {"decode_stream", KERNEL_FUSED}, {"decode_attn", KERNEL_ATTENTION}, {"prefill_attn", KERNEL_ATTENTION},
+        {"prefill_wgmma", KERNEL_ATTENTION}, {"skinny_kernel", KERNEL_GEMM}, {"sample_kernel", KERNEL_SAMPLING},
+        {"rmsnorm", KERNEL_ELEMENTWISE}, {"rope_", KERNEL_ELEMENTWISE}, {"silu", KERNEL_ELEMENTWISE},
+        {"embed_kernel", KERNEL_ELEMENTWISE},
+        /* cuBLAS and cuBLASLt */
+        {"gemm", KERNEL_GEMM}, {"gemv", KERNEL_GEMM}, {"nvjet", KERNEL_GEMM}, {"xmma", KERNEL_GEMM},
+        {"splitKreduce", KERNEL_GEMM},
+    };
+    if (!name) return KERNEL_OTHER;
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (strstr(name, rules[i].part)) return rules[i].kind;
+    return KERNEL_OTHER;
+}
+
+/* Sum and union of sorted spans; kind_ns (KERNEL_NUM_KINDS, zeroed here) gets the sum by kind. */
+static int64_t measure_sorted(const ktrace_span *spans, size_t n, int64_t *busy_ns, int64_t *kind_ns)
 {
     int64_t sum = 0, busy = 0;
     uint64_t reach = 0; /* end of the union so far */
+    for (int k = 0; k < KERNEL_NUM_KINDS; k++) kind_ns[k] = 0;
     for (size_t i = 0; i < n; i++) {
         const ktrace_span *s = &spans[i];
         sum += (int64_t)(s->end_ns - s->start_ns);
+        kind_ns[s->kind < KERNEL_NUM_KINDS ? s->kind : KERNEL_OTHER] += (int64_t)(s->end_ns - s->start_ns);
         if (i == 0 || s->start_ns >= reach) {
             busy += (int64_t)(s->end_ns - s->start_ns);
             reach = s->end_ns;
@@ -55,8 +78,9 @@ static int64_t measure_sorted(const ktrace_span *spans, size_t n, int64_t *busy_
 
 int64_t ktrace_spans_measure(ktrace_span *spans, size_t n, int64_t *busy_ns)
 {
+    int64_t kind_ns[KERNEL_NUM_KINDS];
     ktrace_sort_spans(spans, n);
-    return measure_sorted(spans, n, busy_ns);
+    return measure_sorted(spans, n, busy_ns, kind_ns);
 }
 
 size_t ktrace_attribute(const ktrace_window *win, size_t nw, int64_t first_step, const ktrace_span *spans,
@@ -68,7 +92,7 @@ size_t ktrace_attribute(const ktrace_window *win, size_t nw, int64_t first_step,
         size_t j = i;
         while (j < n && spans[j].start_ns <= win[w].end_ns) j++;
         out[w] = (ktrace_step){.step = first_step + (int64_t)w, .kernels = (int32_t)(j - i)};
-        out[w].kernel_ns = measure_sorted(spans + i, j - i, &out[w].busy_ns);
+        out[w].kernel_ns = measure_sorted(spans + i, j - i, &out[w].busy_ns, out[w].kind_ns);
         i = j;
     }
     return outside + (n - i);
@@ -320,6 +344,10 @@ struct ktrace_meter {
     ktrace_span *inbox; /* (cap_in) records not yet in the ledger */
     size_t n_in, cap_in;
     int64_t untimed;    /* records without a start or end */
+    struct {
+        const char *name; /* CUPTI shares one name string among a kernel's records */
+        uint8_t kind;
+    } kinds[256];       /* classified names, by the string's address (direct-mapped) */
     /* the host's thread only */
     ktrace_span *taken; /* (cap_taken) the inbox, swapped out by settle */
     size_t cap_taken;
@@ -338,7 +366,10 @@ static void meter_record(void *ud, const CUpti_Activity *r)
         m->untimed++;
     } else {
         if (m->n_in == m->cap_in) m->inbox = xrealloc(m->inbox, sizeof *m->inbox * (m->cap_in *= 2));
-        m->inbox[m->n_in++] = (ktrace_span){k->start, k->end};
+        size_t slot = ((uintptr_t)k->name >> 4) % (sizeof m->kinds / sizeof m->kinds[0]);
+        if (!k->name || m->kinds[slot].name != k->name)
+            m->kinds[slot].name = k->name, m->kinds[slot].kind = (uint8_t)ktrace_classify(k->name);
+        m->inbox[m->n_in++] = (ktrace_span){k->start, k->end, m->kinds[slot].kind};
     }
     mtx_unlock(&m->lock);
 }

@@ -1,7 +1,8 @@
 /*
  * kernel_trace.h: what the GPU ran, from its own timestamps, through CUPTI's Activity API (the
  * library loaded at run time: engine/cuda_libs.h). Two users: the CUDA engine's kernel time per
- * step (`tandem run`'s kernel_us and kernel_busy, through the step meter below) and
+ * step (`tandem run`'s kernel_us, kernel_busy and kernel time by kind, through the step meter
+ * below) and
  * `bench_engine_gpu profile` (engine/bench/profile_gpu.c, through the record stream).
  *
  * Key decisions:
@@ -34,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/executor.h"
 #include "core/util.h"
 
 #if TANDEM_HAVE_CUPTI
@@ -63,9 +65,17 @@ ktrace_losses ktrace_take_losses(void);
 
 /* ---- the step meter: each step's kernels, attributed by time ---- */
 
+/* What a kernel does, from its name as CUPTI reports it (mangled or not): cuBLAS's GEMMs
+ * (gemm, gemv, nvjet, xmma, splitKreduce in the name) and the engine's weight-streaming one
+ * (skinny_kernel) are GEMMs; the engine's decode and prefill attention kernels attention; its
+ * streamed batch-1 decode (decode_stream_kernel) fused; embedding, RMSNorm, RoPE and SiLU
+ * element-wise; sample_kernel sampling; the rest (a NULL name included) other. */
+kernel_kind ktrace_classify(const char *name);
+
 /* One kernel's run, on CUPTI's clock (cuptiGetTimestamp's, which the records' timestamps share). */
 typedef struct ktrace_span {
     uint64_t start_ns, end_ns;
+    uint8_t kind; /* kernel_kind */
 } ktrace_span;
 
 /* A step's host-side window on the same clock: from just before its first enqueue to just after
@@ -78,6 +88,7 @@ typedef struct ktrace_window {
 typedef struct ktrace_step {
     int64_t step;      /* its number: 0 for the first window after open */
     int64_t kernel_ns; /* kernel durations summed */
+    int64_t kind_ns[KERNEL_NUM_KINDS]; /* kernel_ns by kind */
     int64_t busy_ns;   /* time at least one kernel ran: the union of their intervals (kernels
                           that overlap, as programmatic dependent launch lets them, count once) */
     int32_t kernels;

@@ -353,10 +353,11 @@ START_TEST(swap_round_trip_keeps_logits)
 END_TEST
 
 /* The kernel trace behind `tandem run`'s kernel_us and kernel_busy: every step has its own
- * kernels (attributed by time to the step's window), none lost or outside every step; busy time (their union) is within the kernels summed and, over the run,
- * within the wall time; and kernels that CUDA graphs replay are traced: the script reports as
- * many kernels with graphs (steps 3-7 replayed) as without (within 10%: a graph's padding rows
- * may change a launch or two). */
+ * kernels (attributed by time to the step's window), none lost or outside every step; busy time
+ * (their union) is within the kernels summed and, over the run, within the wall time; every
+ * kernel's name tells its kind (none is "other"), and the kinds sum to the kernels; and kernels
+ * that CUDA graphs replay are traced: the script reports as many kernels with graphs (steps 3-7
+ * replayed) as without (within 10%: a graph's padding rows may change a launch or two). */
 START_TEST(kernel_trace_times_every_step_graphs_included)
 {
     gsl_rng *r = rng_for("kernel_trace");
@@ -371,7 +372,7 @@ START_TEST(kernel_trace_times_every_step_graphs_included)
         ktrace_step st[SCRIPT_STEPS];
         int64_t t0 = clock_mono_ns();
         run_script(&eng, perm, logits, st);
-        int64_t wall = clock_mono_ns() - t0, busy = 0;
+        int64_t wall = clock_mono_ns() - t0, busy = 0, by_kind[KERNEL_NUM_KINDS] = {0};
         engine_close(&eng);
         for (int i = 0; i < SCRIPT_STEPS; i++) {
             printf("  kernel trace, graphs %s, step %d: %d kernels, %.1f us summed, %.1f us busy\n",
@@ -381,7 +382,19 @@ START_TEST(kernel_trace_times_every_step_graphs_included)
             ck_assert_msg(st[i].busy_ns > 0 && st[i].busy_ns <= st[i].kernel_ns, "step %d: busy %lld ns, summed %lld",
                           i, (long long)st[i].busy_ns, (long long)st[i].kernel_ns);
             busy += st[i].busy_ns, kernels[graphs] += st[i].kernels;
+            int64_t kinds = 0;
+            for (int k = 0; k < KERNEL_NUM_KINDS; k++) kinds += st[i].kind_ns[k], by_kind[k] += st[i].kind_ns[k];
+            ck_assert_msg(kinds == st[i].kernel_ns, "step %d: kinds sum to %lld ns, the kernels to %lld", i,
+                          (long long)kinds, (long long)st[i].kernel_ns);
         }
+        printf("  kernel trace, graphs %s, by kind (us):", graphs ? "on" : "off");
+        for (int k = 0; k < KERNEL_NUM_KINDS; k++) printf(" %s %.1f", kernel_kind_names[k], by_kind[k] / 1e3);
+        printf("\n");
+        ck_assert_msg(by_kind[KERNEL_GEMM] > 0 && by_kind[KERNEL_ATTENTION] > 0 && by_kind[KERNEL_ELEMENTWISE] > 0,
+                      "no GEMM, attention or element-wise time: kernel names not recognised");
+        ck_assert_msg(by_kind[KERNEL_OTHER] == 0,
+                      "%.1f us of kernels of no known kind: engine/kernel_trace.c's rules miss a name "
+                      "(`bench_engine_gpu profile` lists the kernels by name)", by_kind[KERNEL_OTHER] / 1e3);
         ck_assert_msg(busy <= wall, "kernels busy %lld ns in a script of %lld ns", (long long)busy, (long long)wall);
     }
     ck_assert_msg(kernels[1] * 10 >= kernels[0] * 9 && kernels[1] * 10 <= kernels[0] * 11,
@@ -389,6 +402,45 @@ START_TEST(kernel_trace_times_every_step_graphs_included)
                   (long long)kernels[1], (long long)kernels[0]);
     free(logits);
     gsl_rng_free(r);
+}
+END_TEST
+
+/* `tandem profile --kernel-trace` writes the kernel table beside the profile: a row a point, the
+ * kinds summing to the kernel time (one timed step, so its figures are that step's) and none of
+ * it of no known kind. */
+START_TEST(profile_kernel_table_splits_each_point_by_kind)
+{
+    char *dir = make_temp_dir("gpu-profile"), prof[4200], table[4200];
+    snprintf(prof, sizeof prof, "%s/p.csv", dir);
+    snprintf(table, sizeof table, "%s/p.kernels.csv", dir);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--kernel-trace",
+                           "--max-num-seqs", "4", "--max-model-len", "256", "--max-num-batched-tokens", "256",
+                           "--repeats", "1", "--warmup", "1", "--settle-ms", "0", "--out", prof, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile --kernel-trace: exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    char *p = slurp(prof, NULL), *t = slurp(table, NULL);
+    ck_assert_msg(p && strstr(p, "# kernel_trace: on\n"), "the profile does not say the trace was on");
+    ck_assert_msg(t, "no %s", table);
+    int points = 0, rows = 0;
+    for (char *c = strstr(p, "\nkind,"); c && (c = strchr(c + 1, '\n'));) points += c[1] && c[1] != '#';
+    for (char *line = strstr(t, "\nkind,") + 1; (line = strchr(line, '\n')) && line[1]; rows++) {
+        line++;
+        /* kind,num_prefill_seqs,num_decode_seqs,prefill_tokens,decode_tokens,decode_keys,max_keys,
+         * median_ms,kernel_ms,kernel_busy,gemm,attention,fused,elementwise,sampling,other,gap */
+        double v[10];
+        int n = sscanf(line, "%*[^,],%*d,%*d,%*d,%*d,%*d,%*d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &v[0], &v[1],
+                       &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
+        ck_assert_msg(n == 10, "a kernel table row that does not parse: %.200s", line);
+        double kinds = v[3] + v[4] + v[5] + v[6] + v[7] + v[8];
+        ck_assert_msg(fabs(kinds - v[1]) <= 1e-3 + 1e-3 * v[1], "kinds sum to %.4f ms, the kernels to %.4f: %.200s",
+                      kinds, v[1], line);
+        ck_assert_msg(v[8] == 0, "%.4f ms of kernels of no known kind: %.200s", v[8], line);
+        ck_assert_msg(v[1] > 0 && v[1] <= v[0] * 1.5 && v[2] > 0 && v[2] <= 1, "kernel %.4f ms, busy %.4f, step %.4f",
+                      v[1], v[2], v[0]);
+    }
+    ck_assert_msg(rows == points && rows > 10, "%d kernel table rows for %d profile points", rows, points);
+    free(p), free(t);
+    rm_tree(dir);
 }
 END_TEST
 
@@ -402,6 +454,7 @@ static TCase *engine_tests(void)
     tcase_add_test(tc, cli_generate_cuda_matches_cpu);
     tcase_add_test(tc, swap_round_trip_keeps_logits);
     tcase_add_test(tc, kernel_trace_times_every_step_graphs_included);
+    tcase_add_test(tc, profile_kernel_table_splits_each_point_by_kind);
     return tc;
 }
 

@@ -3,7 +3,8 @@
  * (engine/kernel_trace.h). A step's kernel time is the durations summed; its busy time the union
  * of their intervals, so that kernels overlapping under programmatic dependent launch count once.
  * Kernels go to the step whose host-side window holds their start, whenever their records
- * arrive; the ledger that does it is driven here with synthetic records. The trace itself needs
+ * arrive; the ledger that does it is driven here with synthetic records, and each kernel's time
+ * also goes to its kind, told by its name. The trace itself needs
  * a GPU: `make test-gpu` and docs/engine.md say how it is checked there.
  */
 #include <check.h>
@@ -12,6 +13,9 @@
 #include "engine/cuda_libs.h"
 #include "engine/kernel_trace.h"
 #include "testutil.h"
+
+/* Spans written {start, end} are of kind 0 (GEMM): only the kind tests name one. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 static void expect(ktrace_span *s, size_t n, int64_t sum, int64_t busy)
 {
@@ -101,6 +105,61 @@ START_TEST(overlapping_kernels_under_pdl_count_once_in_their_step)
     ck_assert_int_eq(ktrace_attribute(w, 2, 0, s, 5, out), 0);
     expect_step(&out[0], 0, 3, 490 + 310 + 215, 2005 - 1010);
     expect_step(&out[1], 1, 2, 95 + 30, 95);
+}
+END_TEST
+
+/* A kernel's kind from its name as CUPTI reports it: the engine's kernels mangled (as nm lists
+ * them in its objects), cuBLAS's as Nsight Systems shows them on Hopper. */
+START_TEST(kernels_are_classified_by_name)
+{
+    const struct {
+        const char *name;
+        kernel_kind kind;
+    } cases[] = {
+        {"_Z18decode_attn_kernelILi128ELi4ELb0EEv11k_attn_argsPKiiiPfPi", KERNEL_ATTENTION},
+        {"_Z19prefill_attn_kernel", KERNEL_ATTENTION},
+        {"_Z20prefill_wgmma_kernel11k_attn_argsPKi", KERNEL_ATTENTION},
+        {"_Z20decode_stream_kernel13k_decode_args", KERNEL_FUSED},
+        {"_Z13skinny_kernelILi1ELi0ELi0EEv13k_skinny_argsi", KERNEL_GEMM},
+        {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_"
+         "kernel__5x_cublas",
+         KERNEL_GEMM},
+        {"nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT", KERNEL_GEMM},
+        {"void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, float, 128, 16, 4, 4, false>",
+         KERNEL_GEMM},
+        {"void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>", KERNEL_GEMM},
+        {"_Z18add_rmsnorm_kernelPfPKfPKtPKiifPt", KERNEL_ELEMENTWISE},
+        {"_Z14rope_kv_kernelILi4EEvPKtPKiS3_iiiPKfPfiPtS7_", KERNEL_ELEMENTWISE},
+        {"_Z15silu_mul_kernelPKtiPt", KERNEL_ELEMENTWISE},
+        {"_Z12embed_kernelPKtPKiiPf", KERNEL_ELEMENTWISE},
+        {"_Z13sample_kernelPKfiS0_S0_S0_Pi", KERNEL_SAMPLING},
+        {"_Z12synth_kernelPtlmjff", KERNEL_OTHER},
+        {NULL, KERNEL_OTHER},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(ktrace_classify(cases[i].name) == cases[i].kind, "%s: kind %d, expected %d",
+                      cases[i].name ? cases[i].name : "(null)", ktrace_classify(cases[i].name), cases[i].kind);
+}
+END_TEST
+
+/* A step's kernel time splits by kind in full, overlaps included: the kinds sum to kernel_ns. */
+START_TEST(a_steps_kernel_time_splits_by_kind)
+{
+    const ktrace_window w[] = {{100, 1000}};
+    const ktrace_span s[] = {{100, 300, KERNEL_ELEMENTWISE}, {290, 600, KERNEL_GEMM}, {600, 700, KERNEL_ATTENTION},
+                             {650, 900, KERNEL_GEMM},        {900, 910, KERNEL_SAMPLING}};
+    ktrace_step out[1];
+    ck_assert_int_eq(ktrace_attribute(w, 1, 0, s, 5, out), 0);
+    const int64_t want[KERNEL_NUM_KINDS] = {[KERNEL_GEMM] = 310 + 250, [KERNEL_ATTENTION] = 100,
+                                            [KERNEL_ELEMENTWISE] = 200, [KERNEL_SAMPLING] = 10};
+    int64_t sum = 0;
+    for (int k = 0; k < KERNEL_NUM_KINDS; k++) {
+        ck_assert_msg(out[0].kind_ns[k] == want[k], "kind %d: %lld ns, expected %lld", k,
+                      (long long)out[0].kind_ns[k], (long long)want[k]);
+        sum += out[0].kind_ns[k];
+    }
+    ck_assert_int_eq(sum, out[0].kernel_ns);
+    ck_assert_int_eq(out[0].busy_ns, 810);
 }
 END_TEST
 
@@ -302,6 +361,8 @@ int main(void)
     tcase_add_test(tc, spans_out_of_start_order_are_sorted_first);
     tcase_add_test(tc, kernels_go_to_the_window_holding_their_start);
     tcase_add_test(tc, overlapping_kernels_under_pdl_count_once_in_their_step);
+    tcase_add_test(tc, kernels_are_classified_by_name);
+    tcase_add_test(tc, a_steps_kernel_time_splits_by_kind);
     tcase_add_test(tc, late_records_land_in_their_step);
     tcase_add_test(tc, steps_settle_once_records_of_a_later_step_arrived);
     tcase_add_test(tc, records_outside_every_window_are_counted_not_added);

@@ -296,9 +296,10 @@ START_TEST(summary_matches_hand_computation)
 }
 END_TEST
 
-/* The CUDA engine's kernel trace, as the metrics write it: per step, the kernel time summed and
- * the busy fraction (busy time / step time); in the summary, their statistics and the busy
- * fraction over the whole run, weighted by step time. */
+/* The CUDA engine's kernel trace, as the metrics write it: per step, the kernel time summed, the
+ * busy fraction (busy time / step time), the kernel time by kind and the gap (step time no
+ * kernel ran); in the summary, their statistics, the busy fraction over the whole run, weighted
+ * by step time, and the kinds and the gap summed. */
 START_TEST(kernel_time_columns_and_summary)
 {
     char *dir = make_temp_dir("kmetrics");
@@ -315,7 +316,10 @@ START_TEST(kernel_time_columns_and_summary)
     for (int i = 0; i < 4; i++) {
         metrics_step(m, &(step_stats){.step = i, .start_ns = i * 4 * MS, .duration_ns = dur_us[i] * 1000,
                                       .block_size = 16});
-        k[i] = (step_kernel_time){kern_ns[i], busy_us[i] * 1000};
+        /* 0.5 ms of GEMMs, 0.3 of attention, the rest element-wise */
+        k[i] = (step_kernel_time){kern_ns[i], busy_us[i] * 1000, {0}};
+        k[i].kind_ns[KERNEL_GEMM] = 500000, k[i].kind_ns[KERNEL_ATTENTION] = 300000;
+        k[i].kind_ns[KERNEL_ELEMENTWISE] = kern_ns[i] - 800000;
         if (i == 2) metrics_step_kernels(m, k, 2);
     }
     metrics_summary s;
@@ -331,13 +335,23 @@ START_TEST(kernel_time_columns_and_summary)
     ck_assert_double_eq_tol(s.kernel_busy.min, 0.5, tol);
     ck_assert_double_eq_tol(s.kernel_busy.p1, 0.5 + 0.03 * 0.3, tol); /* numpy: rank 0.03 of 3 */
     ck_assert_double_eq_tol(s.kernel_busy.overall, 6.7 / 8, tol);
+    ck_assert_double_eq_tol(s.kernel_kind_s[KERNEL_GEMM], 4 * 0.5e-3, tol);
+    ck_assert_double_eq_tol(s.kernel_kind_s[KERNEL_ELEMENTWISE], (0.15 + 0.05 + 0.4 + 3.300123) * 1e-3, tol);
+    ck_assert_double_eq_tol(s.kernel_kind_s[KERNEL_SAMPLING], 0, tol);
+    ck_assert_double_eq_tol(s.kernel_gap_s, (0.1 + 0.2 + 1.0 + 0) * 1e-3, tol);
     char path[4200];
     snprintf(path, sizeof path, "%s/steps.csv", dir);
     char *csv = slurp(path, NULL);
-    ck_assert_msg(strstr(csv, ",host_us,sched_us,kernel_us,kernel_busy\n"), "steps.csv header:\n%s", csv);
-    ck_assert_msg(strstr(csv, ",4100.12,1.0000\n") && strstr(csv, ",1200.00,0.5000\n"), "steps.csv rows:\n%s", csv);
+    ck_assert_msg(strstr(csv, ",host_us,sched_us,kernel_us,kernel_busy,kernel_gemm_us,kernel_attention_us,"
+                              "kernel_fused_us,kernel_elementwise_us,kernel_sampling_us,kernel_other_us,"
+                              "kernel_gap_us\n"),
+                  "steps.csv header:\n%s", csv);
+    ck_assert_msg(strstr(csv, ",4100.12,1.0000,500.00,300.00,0.00,3300.12,0.00,0.00,0.00\n") &&
+                      strstr(csv, ",1200.00,0.5000,500.00,300.00,0.00,400.00,0.00,0.00,1000.00\n"),
+                  "steps.csv rows:\n%s", csv);
     const char *r0 = strstr(csv, "\n0,"), *r1 = strstr(csv, "\n1,"), *r2 = strstr(csv, "\n2,"), *r3 = strstr(csv, "\n3,");
-    ck_assert_msg(r0 && r0 < r1 && r1 < r2 && r2 < r3 && strstr(r0, ",950.00,0.9000\n") < r1,
+    ck_assert_msg(r0 && r0 < r1 && r1 < r2 && r2 < r3 &&
+                      strstr(r0, ",950.00,0.9000,500.00,300.00,0.00,150.00,0.00,0.00,100.00\n") < r1,
                   "steps.csv rows out of order or mismatched:\n%s", csv);
     free(csv);
     json_t *j = load_json(dir, "summary.json");
@@ -345,6 +359,11 @@ START_TEST(kernel_time_columns_and_summary)
     ck_assert_msg(kb && ku && json_object_get(kb, "overall") && json_object_get(kb, "p1") &&
                       json_object_get(ku, "p99") && json_object_get(ku, "max"),
                   "summary.json lacks kernel_us / kernel_busy");
+    json_t *kinds = json_object_get(j, "kernel_ms_by_kind");
+    ck_assert_msg(kinds && json_object_size(kinds) == KERNEL_NUM_KINDS &&
+                      fabs(json_number_value(json_object_get(kinds, "attention")) - 1.2) < 1e-9 &&
+                      fabs(json_number_value(json_object_get(j, "kernel_gap_ms")) - 1.3) < 1e-9,
+                  "summary.json's kernel_ms_by_kind / kernel_gap_ms are not the sums");
     json_decref(j);
     rm_tree(dir);
 }
@@ -363,7 +382,8 @@ static int late_execute(void *self, const batch *b, step_result *out, terr *e)
     late_exec *x = self;
     out->duration_ns = MS + MS / 4 * b->num_tokens; /* as linear_exec in summary_matches_hand_computation */
     int64_t i = x->steps++;
-    x->k[i] = (step_kernel_time){(i + 1) * 1000, (i + 1) * 500};
+    x->k[i] = (step_kernel_time){(i + 1) * 1000, (i + 1) * 500, {0}};
+    x->k[i].kind_ns[KERNEL_SAMPLING] = (i + 1) * 1000;
     if (i - x->reported >= LATE) { /* steps up to i - LATE settle now */
         out->kernel_times = x->k + x->reported;
         out->num_kernel_times = (int32_t)(i - LATE + 1 - x->reported);
@@ -415,8 +435,12 @@ START_TEST(kernel_times_reach_their_rows_however_late)
     /* durations 3, 1.25, 1.25, 1.5, 1.25 ms; busy (i + 1) * 0.5 us of them */
     static const char *rows[] = {"\n0,0.000000,3.000,", "\n1,0.003000,1.250,", "\n2,0.004250,1.250,",
                                  "\n3,0.010000,1.500,", "\n4,0.011500,1.250,"};
-    static const char *ends[] = {",1.00,0.0002\n", ",2.00,0.0008\n", ",3.00,0.0012\n", ",4.00,0.0013\n",
-                                 ",5.00,0.0020\n"};
+    /* then the kinds (all sampling) and the gap, the step less its busy time */
+    static const char *ends[] = {",1.00,0.0002,0.00,0.00,0.00,0.00,1.00,0.00,2999.50\n",
+                                 ",2.00,0.0008,0.00,0.00,0.00,0.00,2.00,0.00,1249.00\n",
+                                 ",3.00,0.0012,0.00,0.00,0.00,0.00,3.00,0.00,1248.50\n",
+                                 ",4.00,0.0013,0.00,0.00,0.00,0.00,4.00,0.00,1498.00\n",
+                                 ",5.00,0.0020,0.00,0.00,0.00,0.00,5.00,0.00,1247.50\n"};
     for (int i = 0; i < 5; i++) {
         const char *r = strstr(csv, rows[i]), *end = r ? strchr(r + 1, '\n') : NULL;
         ck_assert_msg(r && end && strncmp(end - strlen(ends[i]) + 1, ends[i], strlen(ends[i])) == 0,

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -85,9 +86,10 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
 END_TEST
 
 /* --settle-ms runs every point untimed for that long first (the CPU backend's default is none);
- * a value out of range names the flag. With a budget of two prompts, the grid has an offline
- * batch's mixed step: prompts of 512 filling the budget beside the decodes; and a server's skewed
- * decode step: seven at half max_model_len, one at the longest (its grid sized by that one). */
+ * a value out of range names the flag (and --kernel-trace does nothing: the CPU runs no
+ * kernels). With a budget of two prompts, the grid has an offline batch's mixed step: prompts of
+ * 512 filling the budget beside the decodes; and a server's skewed decode step: seven at half
+ * max_model_len, one at the longest (its grid sized by that one). */
 START_TEST(settle_runs_each_point_untimed_first)
 {
     char out[4300];
@@ -95,12 +97,17 @@ START_TEST(settle_runs_each_point_untimed_first)
     int64_t t0 = clock_mono_ns();
     cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", "--max-num-seqs", "8",
                            "--max-model-len", "512", "--max-num-batched-tokens", "1100", "--repeats", "1", "--warmup",
-                           "0", "--settle-ms", "150", "--out", out, "--quiet", NULL);
+                           "0", "--settle-ms", "150", "--kernel-trace", "--out", out, "--quiet", NULL);
     double wall_s = (double)(clock_mono_ns() - t0) / 1e9;
     ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
     cli_result_free(&r);
     char *text = slurp(out, NULL);
     ck_assert_msg(text && strstr(text, "# settle_ms: 150\n"), "the header does not record --settle-ms");
+    /* the CPU engine runs no kernels: the trace is off, and there is no kernel table */
+    char table[4400];
+    snprintf(table, sizeof table, "%s/settled.kernels.csv", dir);
+    ck_assert_msg(strstr(text, "# kernel_trace: off\n") && access(table, F_OK) != 0,
+                  "--kernel-trace on the CPU engine: the header or a kernel table says it traced");
     ck_assert_msg(strstr(text, "\nmixed,2,1,3,1024,1,"), "no step of two 512-token prompts beside a decode:\n%s",
                   text);
     ck_assert_msg(strstr(text, "\ndecode,0,8,8,0,8,0,0,2311,724487,512,"),

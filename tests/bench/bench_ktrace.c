@@ -37,7 +37,7 @@ int main(int argc, char **argv)
         uint64_t begin = t;
         for (int i = 0; i < PER_STEP; i++) {
             uint64_t s = t + 2000 + (uint64_t)i * 15;
-            buf[nb++] = (ktrace_span){s, s + 17};
+            buf[nb++] = (ktrace_span){s, s + 17, (uint8_t)(i % KERNEL_NUM_KINDS)};
             if (nb == BUFFER) ktrace_ledger_spans(&l, buf, nb), nb = 0; /* on CUPTI's thread */
         }
         t += 5000000;
