@@ -45,8 +45,8 @@
 #include <assert.h>
 #include <errno.h>
 #include <gsl/gsl_randist.h>
-#include <math.h>
 #include <gsl/gsl_rng.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -223,8 +223,7 @@ static int make_item(kv_manager *kv, request *r, int64_t id, int32_t ctx, int32_
 
 typedef struct measured {
     double median, p10, p90, min, max; /* ms */
-    /* with the kernel trace (traced): medians over the timed steps, in ms (busy: a fraction) */
-    bool traced;
+    /* with the kernel trace: medians over the timed steps, in ms (busy: a fraction) */
     double kernel_ms, busy, kind_ms[KERNEL_NUM_KINDS], gap_ms;
 } measured;
 
@@ -273,7 +272,6 @@ static void kernel_medians(const kernel_log *l, int64_t repeats, measured *m)
         samples_add(&s[2], fmax(0, dur - (double)k->busy_ns) / 1e6);
         for (int j = 0; j < KERNEL_NUM_KINDS; j++) samples_add(&s[3 + j], (double)k->kind_ns[j] / 1e6);
     }
-    m->traced = true;
     m->kernel_ms = samples_percentile(&s[0], 50), m->busy = samples_percentile(&s[1], 50);
     m->gap_ms = samples_percentile(&s[2], 50);
     for (int j = 0; j < KERNEL_NUM_KINDS; j++) m->kind_ms[j] = samples_percentile(&s[3 + j], 50);
