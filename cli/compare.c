@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/serving.h"
+#include "core/metrics.h"
 #include "traces/csv_reader.h"
 
 /* ---- request-level metrics ------------------------------------------------------------------- */
@@ -254,6 +255,61 @@ static const char *const step_cols[NUM_STEP_COLS] = {
     "decode_tokens", "padding_tokens", "prefill_pairs2", "prefill_keys", "decode_keys", "decode_keys_sq",
     "max_keys", "swap_blocks"};
 
+/* The kernel columns `run --kernel-trace` adds (core/metrics.c), after step_cols when present:
+ * kernel_KIND_us in kernel_kind order, then kernel_gap_us. */
+#define NUM_KIND_COLS (KERNEL_NUM_KINDS + 1)
+static const char *const *want_with_kinds(void)
+{
+    static char names[NUM_KIND_COLS][48];
+    static const char *want[NUM_STEP_COLS + NUM_KIND_COLS];
+    if (!want[0]) {
+        for (int k = 0; k < NUM_STEP_COLS; k++) want[k] = step_cols[k];
+        for (int k = 0; k < KERNEL_NUM_KINDS; k++) snprintf(names[k], sizeof names[k], "kernel_%s_us", kernel_kind_names[k]);
+        snprintf(names[KERNEL_NUM_KINDS], sizeof names[0], "kernel_gap_us");
+        for (int k = 0; k < NUM_KIND_COLS; k++) want[NUM_STEP_COLS + k] = names[k];
+    }
+    return want;
+}
+
+/* The kind a cost model's part stands for (index KERNEL_NUM_KINDS: the gap, time no kernel
+ * runs), or -1 for a part that is no kernel work of the step (swaps: copies, not kernels). */
+static int part_kind(const char *part)
+{
+    static const struct {
+        const char *name;
+        int kind;
+    } map[] = {{"qkv", KERNEL_GEMM},           {"o_proj", KERNEL_GEMM},          {"gate_up", KERNEL_GEMM},
+               {"down", KERNEL_GEMM},          {"lm_head", KERNEL_GEMM},         {"attn_prefill", KERNEL_ATTENTION},
+               {"attn_decode", KERNEL_ATTENTION}, {"elementwise", KERNEL_ELEMENTWISE}, {"embed_norm", KERNEL_ELEMENTWISE},
+               {"sampler", KERNEL_SAMPLING},   {"launch_bound", KERNEL_NUM_KINDS}, {"overhead", KERNEL_NUM_KINDS},
+               {"swap", -1}};
+    for (size_t i = 0; i < ARRAY_LEN(map); i++)
+        if (!strcmp(map[i].name, part)) return map[i].kind;
+    return KERNEL_OTHER;
+}
+
+/* Adds one measured step's kernel columns and its predicted parts to k (rd holds the kernel
+ * columns after step_cols). */
+static int add_kinds(kind_errors *k, const csv_reader *rd, const predictor *p, const step_shape *sh, terr *e)
+{
+    double measured[NUM_KIND_COLS];
+    for (int i = 0; i < NUM_KIND_COLS; i++)
+        if (csv_reader_f64(rd, NUM_STEP_COLS + i, &measured[i], e)) return -1;
+    if (measured[KERNEL_FUSED] > 0) {
+        k->fused_steps++;
+        return 0;
+    }
+    cost_breakdown bd;
+    p->ops->explain(p->self, sh, &bd);
+    for (int i = 0; i < NUM_KIND_COLS; i++) k->measured_ms[i] += measured[i] / 1e3;
+    for (int i = 0; i < bd.num_parts; i++) {
+        int kind = part_kind(bd.parts[i].name);
+        if (kind >= 0) k->predicted_ms[kind] += bd.parts[i].time_s * 1e3;
+    }
+    k->steps++;
+    return 0;
+}
+
 /* Row -> step_shape: the integer sums steps.csv records (core/metrics.c writes them). */
 static int read_shape(const csv_reader *rd, step_shape *sh, terr *e)
 {
@@ -300,7 +356,9 @@ int compare_steps(const char *steps_csv, const run_results *simulated, FILE *out
     predictor p = {0};
     csv_reader rd;
     if (predictor_open(&p, simulated, res, e)) return -1;
-    if (csv_reader_open(&rd, steps_csv, step_cols, NUM_STEP_COLS, e)) {
+    /* with the kernel columns when the run has them and the cost model has parts to hold them to */
+    res->kinds.have = p.ops->explain && !csv_reader_open(&rd, steps_csv, want_with_kinds(), NUM_STEP_COLS + NUM_KIND_COLS, e);
+    if (!res->kinds.have && csv_reader_open(&rd, steps_csv, step_cols, NUM_STEP_COLS, e)) {
         if (strstr(e->msg, "missing column"))
             snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
                      ": steps.csv written before steps recorded their shape; rerun the measurement");
@@ -321,6 +379,7 @@ int compare_steps(const char *steps_csv, const run_results *simulated, FILE *out
             terr_set(e, "%s:%" PRId64 ": duration_ms %g is not a duration", steps_csv, csv_reader_line(&rd), ms);
             goto done;
         }
+        if (res->kinds.have && add_kinds(&res->kinds, &rd, &p, &sh, e)) goto done;
         /* both on steps.csv's microsecond grid, rounded as core/metrics.c rounds */
         int64_t measured_us = llround(ms * 1e3), predicted_us = llround((double)p.ops->step_ns(p.self, &sh) / 1e3);
         step_class c = classify(&sh);

@@ -18,10 +18,12 @@
 #define TANDEM_COMPARE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "cli/run_results.h"
+#include "core/executor.h"
 
 typedef struct compare_metric {
     const char *key;   /* summary.json's (and vLLM's) name: "output_throughput", "p99_ttft_ms" */
@@ -71,8 +73,22 @@ typedef struct step_class_error {
     double total_bias;             /* total predicted / total measured - 1 */
 } step_class_error;
 
+/* Kernel time by kind: the measured run's (steps.csv's kernel_KIND_us and kernel_gap_us, which
+ * `tandem run --kernel-trace` writes) against the cost model's parts (its explain: the
+ * roofline's GEMMs, attention, element-wise work, sampler, and launch and step overhead as the
+ * gap), summed over the steps that ran no fused kernel (the streamed batch-1 decode does a
+ * layer's GEMMs and attention in one kernel, which no part matches). Index KERNEL_NUM_KINDS is
+ * the gap. */
+typedef struct kind_errors {
+    bool have;             /* MEASURED has the columns and the cost model explains its steps */
+    int64_t steps;         /* steps summed */
+    int64_t fused_steps;   /* steps left out: they ran a fused kernel */
+    double measured_ms[KERNEL_NUM_KINDS + 1], predicted_ms[KERNEL_NUM_KINDS + 1];
+} kind_errors;
+
 typedef struct step_errors {
     step_class_error cls[STEP_NUM_CLASSES];
+    kind_errors kinds;
     int64_t num_steps;             /* rows of steps.csv */
     int64_t num_zero;              /* of them, measured 0 us (no relative error; left out) */
     char cost_model[4096], gpu[64], model[160]; /* what predicted them */

@@ -8,7 +8,9 @@
  * compare_check). Then two tables: the request-level metrics side by side with the signed
  * relative error and, with repeats, the run-to-run spread (min, max, (max - min) / mean), so
  * that an error inside the noise reads as such; and every measured step re-predicted from its
- * shape by the simulated run's cost model, per step class.
+ * shape by the simulated run's cost model, per step class; and, when MEASURED ran with
+ * --kernel-trace and the cost model has parts (the roofline), its kernel time by kind against
+ * them (cli/compare.h: kind_errors).
  *
  * With --out DIR: compare.json (every number), step_errors.csv, the CDF data of TTFT and E2E
  * (cdf_ttft.dat, cdf_e2el.dat, in `tandem reduce cdf`'s format) and, when gnuplot is on PATH,
@@ -32,6 +34,7 @@
 
 #include "cli/commands.h"
 #include "cli/compare.h"
+#include "core/metrics.h"
 #include "cli/gnuplot.h"
 #include "cli/reduce.h"
 #include "core/options.h"
@@ -59,7 +62,7 @@ static const char *usage =
     "order. SIMULATED: a `tandem sim --out` directory. Prints the request-level metrics side by\n"
     "side with the relative error (simulated - measured) / measured and, with repeats, the\n"
     "run-to-run spread; then every measured step re-predicted by the simulated run's cost model,\n"
-    "per step class.\n";
+    "per step class, and (a --kernel-trace run against the roofline) kernel time by kind.\n";
 
 static int take_positional(void *dst, const char *arg, terr *e)
 {
@@ -166,6 +169,19 @@ static void print_steps(const step_errors *se, const char *path, FILE *f)
     }
     if (se->num_zero) fprintf(f, "(%" PRId64 " steps measured at 0 us are left out)\n", se->num_zero);
     fprintf(f, "total err: total predicted time / total measured time - 1; err > 0: the model is slow\n");
+    const kind_errors *k = &se->kinds;
+    if (!k->have) return;
+    fprintf(f, "\nkernel time by kind, %" PRId64 " steps (the run's --kernel-trace against the cost model's parts",
+            k->steps);
+    if (k->fused_steps) fprintf(f, "; %" PRId64 " with the fused batch-1 kernel left out", k->fused_steps);
+    fprintf(f, ")\n%-14s %12s %12s %10s\n", "kind", "measured ms", "predicted ms", "err");
+    for (int i = 0; i <= KERNEL_NUM_KINDS; i++) {
+        if (i == KERNEL_FUSED) continue;
+        char t[32];
+        double m = k->measured_ms[i], p = k->predicted_ms[i];
+        fprintf(f, "%-14s %12.1f %12.1f %10s\n", i < KERNEL_NUM_KINDS ? kernel_kind_names[i] : "gap (no kernel)", m,
+                p, fmt_pct(m > 0 ? p / m - 1 : NAN, true, t, sizeof t));
+    }
 }
 
 /* ---- compare.json ---------------------------------------------------------------------------- */
@@ -217,6 +233,20 @@ static json_t *steps_json(const step_errors *se)
         json_object_set_new(classes, step_class_names[c], k);
     }
     json_object_set_new(o, "classes", classes);
+    if (se->kinds.have) {
+        const kind_errors *k = &se->kinds;
+        json_t *kinds = json_object();
+        for (int i = 0; i <= KERNEL_NUM_KINDS; i++) {
+            if (i == KERNEL_FUSED) continue;
+            double m = k->measured_ms[i], p = k->predicted_ms[i];
+            json_object_set_new(kinds, i < KERNEL_NUM_KINDS ? kernel_kind_names[i] : "gap",
+                                json_pack("{s:f,s:f,s:o}", "measured_ms", m, "predicted_ms", p, "rel_error",
+                                          json_num(m > 0 ? p / m - 1 : NAN)));
+        }
+        json_object_set_new(o, "kernel_kinds", json_pack("{s:I,s:I,s:o}", "steps", (json_int_t)k->steps,
+                                                         "fused_steps_left_out", (json_int_t)k->fused_steps, "kinds",
+                                                         kinds));
+    }
     return o;
 }
 

@@ -106,6 +106,8 @@ START_TEST(run_against_sim_reports_every_metric_and_step)
     json_t *all = json_object_get(json_object_get(json_object_get(cmp, "steps"), "classes"), "all");
     ck_assert_msg(all, "compare.json has no steps.classes.all");
     ck_assert_int_eq(json_integer_value(json_object_get(all, "count")), steps);
+    ck_assert_msg(!json_object_get(json_object_get(cmp, "steps"), "kernel_kinds"),
+                  "kernel_kinds in compare.json of a run without the kernel trace");
     snprintf(path, sizeof path, "%s/step_errors.csv", out);
     ck_assert_int_eq(count_lines(path) - 1, steps);
     const char *files[] = {"cdf_ttft.dat", "cdf_e2el.dat", "compare_steps.png", "compare_steps.svg",
@@ -202,6 +204,63 @@ START_TEST(mismatched_runs_are_refused_naming_what_differs)
     free(doctored);
     free(fewer);
     free(other_model);
+}
+END_TEST
+
+/* With the kernel trace's columns in MEASURED's steps.csv (written here as `run --kernel-trace`
+ * writes them: 60 us of GEMMs, 20 of attention, 10 element-wise, 5 sampling, 5 other and a gap of
+ * 50 a step, and one step that ran the fused batch-1 kernel), compare sums them by kind against
+ * the roofline's parts: every part lands in a kind or the gap, so the predicted kinds sum to the
+ * steps' predicted times. */
+START_TEST(kernel_time_by_kind_against_the_roofline)
+{
+    char *traced = out_dir("traced"), *out = out_dir("traced_cmp"), cmd[18000], path[4500];
+    snprintf(cmd, sizeof cmd,
+             "cp -r %s/. %s && awk -F, -v OFS=, 'NR == 1 { print $0, \"kernel_us,kernel_busy,kernel_gemm_us,"
+             "kernel_attention_us,kernel_fused_us,kernel_elementwise_us,kernel_sampling_us,kernel_other_us,"
+             "kernel_gap_us\"; next } { print $0, 100, 0.5, 60, 20, (NR == 3 ? 7 : 0), 10, 5, 5, 50 }' "
+             "%s/steps.csv > %s/steps.tmp && mv %s/steps.tmp %s/steps.csv",
+             run_out, traced, run_out, traced, traced, traced);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    expect_ok(run_cli("compare", traced, sim_out, "--out", out, "--no-figures", "--quiet", NULL), "compare");
+    snprintf(path, sizeof path, "%s/steps.csv", run_out);
+    int steps = count_lines(path) - 1;
+    json_t *cmp = load_json(out, "compare.json");
+    json_t *kk = json_object_get(json_object_get(cmp, "steps"), "kernel_kinds");
+    ck_assert_msg(kk, "compare.json has no steps.kernel_kinds");
+    ck_assert_int_eq(json_integer_value(json_object_get(kk, "steps")), steps - 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(kk, "fused_steps_left_out")), 1);
+    json_t *kinds = json_object_get(kk, "kinds");
+    const char *names[] = {"gemm", "attention", "elementwise", "sampling", "other", "gap"};
+    const double per_step_us[] = {60, 20, 10, 5, 5, 50};
+    double predicted = 0;
+    for (int i = 0; i < 6; i++) {
+        json_t *k = json_object_get(kinds, names[i]);
+        ck_assert_msg(k, "kernel_kinds has no %s", names[i]);
+        double m = json_number_value(json_object_get(k, "measured_ms"));
+        ck_assert_msg(fabs(m - per_step_us[i] * (steps - 1) / 1e3) < 1e-9, "%s: measured %g ms", names[i], m);
+        predicted += json_number_value(json_object_get(k, "predicted_ms"));
+    }
+    ck_assert_msg(!json_object_get(kinds, "fused"), "the fused kind has no part to hold it to");
+    ck_assert_msg(json_number_value(json_object_get(json_object_get(kinds, "gemm"), "predicted_ms")) > 0 &&
+                      json_number_value(json_object_get(json_object_get(kinds, "attention"), "predicted_ms")) > 0,
+                  "the roofline predicts no GEMM or attention time");
+    /* the steps' own predictions, the fused step's (the second row) left out */
+    snprintf(path, sizeof path, "%s/step_errors.csv", out);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "no %s", path);
+    char line[512];
+    double total = 0;
+    for (int row = 0; fgets(line, sizeof line, f); row++) {
+        double ms;
+        if (row >= 1 && row != 2 && sscanf(line, "%*[^,],%*[^,],%*[^,],%lf", &ms) == 1) total += ms;
+    }
+    fclose(f);
+    ck_assert_msg(fabs(predicted - total) < 1e-3 * steps, "the kinds sum to %.4f ms, the steps' predictions to %.4f",
+                  predicted, total);
+    json_decref(cmp);
+    free(traced);
+    free(out);
 }
 END_TEST
 
@@ -338,6 +397,7 @@ int main(void)
     tcase_add_test(tc, sim_against_itself_has_exactly_zero_error);
     tcase_add_test(tc, mismatched_runs_are_refused_naming_what_differs);
     tcase_add_test(tc, trace_is_matched_by_contents_not_path);
+    tcase_add_test(tc, kernel_time_by_kind_against_the_roofline);
     tcase_add_test(tc, vllm_result_is_read_and_joined);
     tcase_add_test(tc, repeats_give_a_spread);
     tcase_add_test(tc, bad_inputs_are_errors_that_name_them);
