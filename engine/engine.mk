@@ -4,10 +4,11 @@
 #                    transformers; needs an NVIDIA GPU and, for the comparison, PyTorch +
 #                    transformers in python3.
 #   make bench-gpu   kernel and whole-step benchmarks on the GPU (figures: docs/engine.md);
-#                    BENCH=kernels or steps for one part; BENCH=offline for the offline
-#                    throughput of whole models beside transformers' generate and the roofline
-#                    (engine/bench_offline.sh: needs PyTorch + transformers, ~10+ minutes;
-#                    its knobs MODELS, BATCHES, HF, ... pass through the environment).
+#                    BENCH=kernels, decode, steps, swap or host for one part; BENCH=offline
+#                    for the offline throughput of whole models beside transformers' generate
+#                    and the roofline (engine/bench_offline.sh: needs PyTorch + transformers,
+#                    ~10+ minutes; its knobs MODELS, BATCHES, HF, ... pass through the
+#                    environment).
 #   make profile-gpu whole steps kernel by kernel (CUPTI trace) with the GPU's clocks (NVML).
 #   make calib       build/roofline_probe (sim/calib/roofline_probe.cu): the rates the cost
 #                    model's constants stand on; run it on the GPU machine (not part of `all`).

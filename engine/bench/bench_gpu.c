@@ -15,7 +15,9 @@
  * engine dispatches them. Kernel variants, probes of the streamed decode kernel's parts and A/B
  * experiments are kernels/dev's (make dev-kernels).
  *
- * usage: bench_engine_gpu [all|kernels|steps|swap|host|prefill|profile]. `profile` times no ceilings: it
+ * usage: bench_engine_gpu [all|kernels|decode|steps|swap|host|prefill|profile]. `decode`: decode
+ * attention over batch sizes and contexts, MHA (Llama-2-7B) and GQA 4:1 (Llama-3-8B), each against
+ * the copy ceiling. `profile` times no ceilings: it
  * traces whole steps kernel by kernel (CUPTI) and reads the GPU's clocks (NVML); see
  * profile_gpu.c for how to read it.
  */
@@ -867,6 +869,17 @@ int main(int argc, char **argv)
         attention(1, 0, 2048, 32, 32, 24, "prefill attention causal, mma.sync");
         attention(4, 1024, 512, 32, 8, 16, "chunked prefill attention GQA");
         elementwise();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "decode")) {
+        static const int batches[] = {1, 2, 4, 8, 16, 32, 64, 128};
+        for (int i = 0; i < (int)(sizeof batches / sizeof *batches); i++) {
+            attention(batches[i], 2048, 1, 32, 32, 16, "decode attention (MHA)");
+            attention(batches[i], 2048, 1, 32, 8, 16, "decode attention (GQA 4:1)");
+            if (batches[i] == 4 || batches[i] == 32) {
+                attention(batches[i], 512, 1, 32, 8, 16, "decode attention (GQA 4:1)");
+                attention(batches[i], 8191, 1, 32, 8, 16, "decode attention (GQA 4:1)");
+            }
+        }
     }
     cudaStream_t own = stream;
     if (!strcmp(what, "all") || !strcmp(what, "steps")) whole_steps();
