@@ -575,7 +575,7 @@ START_TEST(decode_attention_matches_cpu)
         check_attention(r, attn_cases[k], seqs, (int32_t)ARRAY_LEN(seqs), 32 << (k % 3), 0, "decode lens 1..3001");
         if (k < 2) check_attention(r, attn_cases[k], seqs, 3, 64, 7, "decode, spare partitions");
     }
-    /* more partitions than the combine keeps weights for in shared memory (256) */
+    /* a long context: 282 partitions of 32 to combine */
     const int32_t long_seq[][2] = {{9000, 1}};
     for (size_t k = 0; k < 2; k++) check_attention(r, attn_cases[k], long_seq, 1, 32, 0, "decode, 282 partitions");
     gsl_rng_free(r);

@@ -17,9 +17,8 @@
  *
  * usage: bench_engine_gpu [all|kernels|decode|steps|swap|host|prefill|profile]. `decode`: decode
  * attention over batch sizes and contexts, MHA (Llama-2-7B) and GQA 4:1 (Llama-3-8B), each against
- * the copy ceiling. `profile` times no ceilings: it
- * traces whole steps kernel by kernel (CUPTI) and reads the GPU's clocks (NVML); see
- * profile_gpu.c for how to read it.
+ * the copy ceiling. `profile` times no ceilings: it traces whole steps kernel by kernel (CUPTI)
+ * and reads the GPU's clocks (NVML); see profile_gpu.c for how to read it.
  */
 #include <assert.h>
 #include <cublas_v2.h>
@@ -31,6 +30,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/util.h"
 #include "engine/bench/profile_gpu.h"
 #include "engine/engine.h"
 #include "kernels/cuda_check.h"
@@ -872,7 +872,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "decode")) {
         static const int batches[] = {1, 2, 4, 8, 16, 32, 64, 128};
-        for (int i = 0; i < (int)(sizeof batches / sizeof *batches); i++) {
+        for (size_t i = 0; i < ARRAY_LEN(batches); i++) {
             attention(batches[i], 2048, 1, 32, 32, 16, "decode attention (MHA)");
             attention(batches[i], 2048, 1, 32, 8, 16, "decode attention (GQA 4:1)");
             if (batches[i] == 4 || batches[i] == 32) {
