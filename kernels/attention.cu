@@ -40,7 +40,7 @@ template <int HD> constexpr int dec_pass_rows() { return DEC_UNROLL * DEC_WARPS 
 // The one-pass single-head variant is held to 64 registers: 8 blocks per SM, so a batch-1 grid
 // (32 heads x 32 partitions) is one wave (at 72 registers it took two: 13 -> 20 us).
 template <int HD, int G, bool ONE_PASS>
-__global__ void __launch_bounds__(DEC_THREADS, ONE_PASS && G == 1 ? 8 : 1)
+__global__ void __launch_bounds__(DEC_THREADS, ONE_PASS ? (G == 1 ? 8 : 1) : (G == 1 ? 1 : 6))
 decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts,
                    float *partials, int32_t *counters)
 {
