@@ -103,7 +103,14 @@ static int32_t run_script(engine *eng, const int32_t *perm, float *out, ktrace_s
         if (meter) ktrace_meter_begin(meter);
         ck_assert_msg(engine_forward(eng, &s, &e) == 0, "step %d: %s", st, e.msg);
         ck_assert_msg(engine_logits(eng, out + (int64_t)total * V, &e) == 0, "%s", e.msg); /* synced */
-        if (meter) ktrace_meter_end(meter);
+        if (meter) { /* a traced step samples too, as `run`'s do, so the trace sees the sampler */
+            float temp[128], top_p[128], u[128];
+            int32_t picked[128];
+            for (int i = 0; i < N; i++) temp[i] = i % 2 ? 0.8f : 0, top_p[i] = 0.9f, u[i] = 0.5f;
+            eng_sampling sp = {.temperature = temp, .top_p = top_p, .uniform = u};
+            ck_assert_msg(engine_sample(eng, &sp, picked, &e) == 0, "step %d: %s", st, e.msg);
+            ktrace_meter_end(meter);
+        }
         total += N;
     }
     if (meter) { /* without a forced flush the steps settle late, if at all: then every one */
@@ -390,8 +397,9 @@ START_TEST(kernel_trace_times_every_step_graphs_included)
         printf("  kernel trace, graphs %s, by kind (us):", graphs ? "on" : "off");
         for (int k = 0; k < KERNEL_NUM_KINDS; k++) printf(" %s %.1f", kernel_kind_names[k], by_kind[k] / 1e3);
         printf("\n");
-        ck_assert_msg(by_kind[KERNEL_GEMM] > 0 && by_kind[KERNEL_ATTENTION] > 0 && by_kind[KERNEL_ELEMENTWISE] > 0,
-                      "no GEMM, attention or element-wise time: kernel names not recognised");
+        ck_assert_msg(by_kind[KERNEL_GEMM] > 0 && by_kind[KERNEL_ATTENTION] > 0 && by_kind[KERNEL_ELEMENTWISE] > 0 &&
+                          by_kind[KERNEL_SAMPLING] > 0,
+                      "no GEMM, attention, element-wise or sampling time: kernel names not recognised");
         ck_assert_msg(by_kind[KERNEL_OTHER] == 0,
                       "%.1f us of kernels of no known kind: engine/kernel_trace.c's rules miss a name "
                       "(`bench_engine_gpu profile` lists the kernels by name)", by_kind[KERNEL_OTHER] / 1e3);
