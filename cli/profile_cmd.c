@@ -300,12 +300,12 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
         samples s = {0};
         int64_t settled_ns = 0;
         for (int64_t i = 0; (i < warmup || settled_ns < settle_ms * 1000000) && !rc; i++) {
-            step_result out;
+            step_result out = {0};
             rc = run_step(ex, b, &log, &out, e);
             if (!rc) settled_ns += out.duration_ns;
         }
         for (int64_t i = 0; i < repeats && !rc; i++) {
-            step_result out;
+            step_result out = {0};
             rc = run_step(ex, b, &log, &out, e);
             if (!rc) samples_add(&s, (double)out.duration_ns / 1e6);
         }

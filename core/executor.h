@@ -60,7 +60,8 @@ typedef struct executor_ops {
     /* Whether this executor fills step_result's kernel_ns and kernel_busy_ns (steps.csv gains
      * kernel_us, kernel_busy). May be NULL: never. */
     bool (*measures_kernels)(void *self);
-    /* Runs b; fills out. Returns 0, or -1 with e set (a real engine can fail). */
+    /* Runs b; fills every field of out (those it has nothing for with 0 / NULL). Returns 0, or
+     * -1 with e set (a real engine can fail). */
     int (*execute)(void *self, const batch *b, step_result *out, terr *e);
     /* At the end of a run (measures_kernels): the kernel time of every step not yet reported,
      * in order, as in step_result (*out valid until the next call). Returns 0, or -1 with e

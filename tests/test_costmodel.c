@@ -864,9 +864,13 @@ START_TEST(test_sim_executor_reports_cost_model_time)
     add_prefill(&b, 0, 0, 700, true);
     add_decode(&b, 1, 3000);
     batch_add_swap_in(&b, 0, 0);
-    step_result r = {.duration_ns = -1, .sampled = (const int32_t *)&r};
+    step_result r;
+    memset(&r, 0xa5, sizeof r); /* the executor fills every field */
     ck_assert_int_eq(ex.ops->execute(ex.self, &b, &r, &e), 0);
     ck_assert_msg(r.sampled == NULL, "the simulator must not claim sampled tokens");
+    ck_assert_msg(r.host_ns == 0 && r.kernel_times == NULL && r.num_kernel_times == 0,
+                  "host %lld ns, %d kernel times: fields the simulator has nothing for are not zeroed",
+                  (long long)r.host_ns, r.num_kernel_times);
     /* The executor's model has 32-token blocks: its swap costs 16 MiB, one more 8 MiB block
      * than the 16-token default. */
     int64_t ref = predict(m, &b);

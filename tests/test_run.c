@@ -323,6 +323,54 @@ START_TEST(invariants_hold_on_the_cpu_engine)
 }
 END_TEST
 
+/* The engine's executor fills every field of a step's result, whatever the caller's struct held:
+ * without the kernel trace it reports no kernel times (`tandem profile` once read a stack
+ * struct's garbage count as kernel records and crashed on the GPU). */
+START_TEST(engine_executor_fills_the_whole_result)
+{
+    engine_opts eo;
+    engine_opts_default(&eo);
+    eo.model = "synthetic:tiny-llama2";
+    eo.backend = "cpu";
+    eo.num_blocks = 64;
+    eo.max_tokens = 64, eo.max_seqs = 4, eo.max_model_len = 128;
+    engine eng;
+    terr e = {{0}};
+    ck_assert_msg(engine_open(&eng, &eo, &e) == 0, "%s", e.msg);
+    executor ex;
+    ck_assert_msg(engine_executor_create(&ex, &eng, 0, 1, 7, &e) == 0, "%s", e.msg);
+    kv_manager kv;
+    ck_assert(kv_init(&kv, 64, eng.opts.block_size, false) == 0);
+    request r[2] = {0};
+    batch b;
+    batch_init(&b, 2);
+    for (int i = 0; i < 2; i++) { /* a prefill of 20 tokens, then a decode at 20 */
+        request_reset(&r[i]);
+        r[i].id = i, r[i].prompt_tokens = 20, r[i].max_output_tokens = 8;
+        r[i].num_computed_tokens = i ? 20 : 0, r[i].num_output_tokens = i;
+        ck_assert(kv_allocate_slots(&kv, &r[i], 21));
+        batch_add(&b, &r[i], i ? 1 : 20);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        step_result out;
+        memset(&out, 0xa5, sizeof out);
+        ck_assert_msg(ex.ops->execute(ex.self, &b, &out, &e) == 0, "%s", e.msg);
+        ck_assert_msg(out.kernel_times == NULL && out.num_kernel_times == 0, "untraced step: %d kernel times",
+                      out.num_kernel_times);
+        ck_assert_msg(out.duration_ns > 0 && out.host_ns > 0 && out.host_ns <= out.duration_ns,
+                      "step %lld ns, host %lld ns", (long long)out.duration_ns, (long long)out.host_ns);
+        ck_assert_msg(out.sampled != NULL, "the engine sampled no tokens");
+        batch_clear(&b);
+        if (pass == 0) batch_add(&b, &r[1], 1); /* then a decode alone */
+    }
+    for (int i = 0; i < 2; i++) kv_free_request(&kv, &r[i]), request_free_buffers(&r[i]);
+    batch_free(&b);
+    kv_destroy(&kv);
+    ex.ops->destroy(ex.self);
+    engine_close(&eng);
+}
+END_TEST
+
 /* On a terminal (a pty made by script(1)) a run shows its header, a progress line that reaches
  * every request, and the goodput; piped, no progress line. */
 START_TEST(run_shows_header_progress_and_goodput)
@@ -364,6 +412,7 @@ int main(void)
     tcase_add_test(tc, preemption_chunking_and_padding_keep_greedy_tokens);
     tcase_add_test(tc, engine_refuses_what_it_cannot_run);
     tcase_add_test(tc, invariants_hold_on_the_cpu_engine);
+    tcase_add_test(tc, engine_executor_fills_the_whole_result);
     tcase_add_test(tc, run_shows_header_progress_and_goodput);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
