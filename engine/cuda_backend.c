@@ -37,8 +37,9 @@
  * bucket. Open also runs prefill steps over a ladder of token counts, so that the cuBLAS kernels
  * that serving will pick are loaded before the first request.
  *
- * Decode attention splits each context into partitions of 32..256 tokens, the largest that still
- * gives the GPU about 4096 blocks: a batch of 64 long contexts uses 256, a single sequence 32.
+ * Decode attention splits each context into partitions of 64..256 tokens, the largest that still
+ * gives the GPU three blocks an SM (kernels.h k_decode_partition): on an H200, Llama-2-7B's
+ * single sequence of 2048 tokens uses 128, and 8 of them 256.
  */
 #include "engine/engine.h"
 
@@ -90,6 +91,7 @@ typedef struct cuda_model {
     engine_opts o;
     int32_t S;         /* the longest block table row: max_model_len's */
     int64_t part_cap;  /* decode partials capacity: sequences x partitions per sequence */
+    int32_t num_sms;   /* the GPU's, for the decode partition (k_decode_partition) */
     int32_t max_items; /* prefill attention tiles per step */
     int32_t qkv_dim;
     cudaStream_t stream;
@@ -169,16 +171,11 @@ static int64_t pow2_at_least(int64_t x)
     return p;
 }
 
-/* Decode attention partition size for nd sequences whose longest context is `len`: halve from
- * 256 while the grid has under 4096 blocks, within the partials buffer. */
+/* Decode attention partition size for nd sequences whose longest context is `len`
+ * (kernels.h's rule), and the partitions of that context. */
 static int32_t pick_partition(const cuda_model *m, int32_t nd, int32_t len, int32_t *parts)
 {
-    int32_t groups = m->mc.num_heads, g = m->mc.num_heads / m->mc.num_kv_heads;
-    groups /= g % 8 == 0 ? 8 : g % 4 == 0 ? 4 : g % 2 == 0 ? 2 : 1; /* as kernels/attention.cu */
-    int32_t P = K_DECODE_PARTITION;
-    while (P > 32 && (int64_t)groups * nd * div_ceil_i64(len, P) < 4096 &&
-           (int64_t)nd * div_ceil_i64(len, P / 2) <= m->part_cap)
-        P /= 2;
+    int32_t P = k_decode_partition(m->mc.num_heads, m->mc.num_kv_heads, nd, len, m->num_sms, m->part_cap);
     *parts = (int32_t)div_ceil_i64(len, P);
     return P;
 }
@@ -321,11 +318,16 @@ static int load_weights(cuda_model *m, const wt_source *src, terr *e)
 static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
                      const struct wt_source *src, terr *e)
 {
-    int ndev = 0;
+    int ndev = 0, dev = 0, sms = 0;
     cudaError_t derr = cudaGetDeviceCount(&ndev);
     if (derr != cudaSuccess || ndev == 0) {
         terr_set(e, "--backend cuda: no CUDA device (%s)",
                  derr != cudaSuccess ? cudaGetErrorString(derr) : "none found");
+        return ENGINE_ERR_DEVICE;
+    }
+    if ((derr = cudaGetDevice(&dev)) != cudaSuccess ||
+        (derr = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) {
+        terr_set(e, "--backend cuda: cannot query the device: %s", cudaGetErrorString(derr));
         return ENGINE_ERR_DEVICE;
     }
     int32_t h = mc->hidden_size, I = mc->intermediate_size, hd = mc->head_dim;
@@ -345,6 +347,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     m->o = *o;
     m->S = (int32_t)div_ceil_i64(o->max_model_len, o->block_size);
     m->part_cap = (int64_t)o->max_seqs * div_ceil_i64(pow2_at_least(o->max_model_len), K_DECODE_PARTITION);
+    m->num_sms = sms;
     m->max_items = (int32_t)div_ceil_i64(o->max_tokens, PF_TILE) + o->max_seqs;
     m->qkv_dim = (mc->num_heads + 2 * mc->num_kv_heads) * hd;
     m->layers = xcalloc((size_t)mc->num_layers, sizeof *m->layers);

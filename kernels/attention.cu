@@ -35,10 +35,10 @@
 // Tokens a decode block covers in one pass of its loops.
 template <int HD> constexpr int dec_pass_rows() { return DEC_UNROLL * DEC_WARPS * (32 / (HD / 8)); }
 
-// ONE_PASS: the partition fits one pass (P <= dec_pass_rows), as at batch 1 where partitions
-// are small to fill the GPU; then the V rows are loaded together with the K rows.
-// The one-pass single-head variant is held to 64 registers: 8 blocks per SM, so a batch-1 grid
-// (32 heads x 32 partitions) is one wave (at 72 registers it took two: 13 -> 20 us).
+// ONE_PASS: the partition fits one pass (P <= dec_pass_rows: 32 tokens at head dim 128, 64 at
+// 64, 128 at 32); then the V rows are loaded together with the K rows. The one-pass single-head
+// variant is held to 64 registers, 8 blocks an SM (at 72 registers a grid of 32 heads x 32
+// partitions took two waves: 13 -> 20 us).
 template <int HD, int G, bool ONE_PASS>
 __global__ void __launch_bounds__(DEC_THREADS, ONE_PASS ? (G == 1 ? 8 : 1) : (G == 1 ? 1 : 6))
 decode_attn_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts,

@@ -282,10 +282,9 @@ static void attention(int B, int ctx, int n, int nh, int nkv, int bs, const char
     for (int b = 0; b < B && n > 1; b++)
         for (int i = (n - 1) / tile * tile; i >= 0; i -= tile) items[2 * x.np] = b, items[2 * x.np + 1] = i, x.np++;
     x.nd = n == 1 ? B : 0;
-    /* the engine's rule: halve the partition from 256 while the grid has under 4096 blocks */
-    int groups = nh / (nh / nkv >= 8 ? 8 : nh / nkv >= 4 ? 4 : nh / nkv >= 2 ? 2 : 1);
-    x.partition = K_DECODE_PARTITION;
-    while (x.partition > 32 && (long)groups * B * ((len + x.partition - 1) / x.partition) < 4096) x.partition /= 2;
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    x.partition = k_decode_partition(nh, nkv, B, len, sms, INT64_MAX); /* the engine's rule */
     x.max_parts = (len + x.partition - 1) / x.partition;
     x.dec = dupload(dec, sizeof(int32_t) * (size_t)B);
     x.items = dupload(items, sizeof(int32_t) * 2 * (size_t)(x.np + 1));

@@ -1,8 +1,8 @@
 // decode_partitions.cu: the decode attention kernel (kernels/attention.cu, compiled in here as the
 // product builds it) at every partition size it accepts, against the engine's rule for picking
-// one (engine/cuda_backend.c pick_partition: halve from 256 while the grid has under 4096
-// blocks). The question: which partition is fastest for a batch of B sequences at context L,
-// MHA and GQA 4:1 (Llama-2-7B's and Llama-3-8B's heads), and how far the rule's pick is from it.
+// one (kernels.h k_decode_partition, which engine/cuda_backend.c calls). The question: which
+// partition is fastest for a batch of B sequences at context L, MHA and GQA 4:1 (Llama-2-7B's
+// and Llama-3-8B's heads), and how far the rule's pick is from it.
 // A lab tool: `make dev-kernels`, then on the GPU machine
 //
 //   build/dev/decode_partitions
@@ -130,15 +130,6 @@ static void do_decode(void *ctx)
     CUDA_CHECK(k_decode_attention(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st));
 }
 
-// The engine's rule (engine/cuda_backend.c pick_partition), without its partials-capacity limit.
-static int rule_partition(int nkv, int B, int len)
-{
-    int g = NH / nkv, groups = NH / (g % 8 == 0 ? 8 : g % 4 == 0 ? 4 : g % 2 == 0 ? 2 : 1);
-    int P = K_DECODE_PARTITION;
-    while (P > 32 && (long)groups * B * ((len + P - 1) / P) < 4096) P /= 2;
-    return P;
-}
-
 // Every partition's output for lens against attention in double precision on the host.
 static void check(int B, const int *lens, int nkv)
 {
@@ -149,7 +140,8 @@ static void check(int B, const int *lens, int nkv)
     bf16_t *kv = (bf16_t *)malloc(sizeof(bf16_t) * (size_t)n2);
     for (int64_t i = 0; i < n2; i++) kv[i] = synth_weight_bf16(5, 2, (uint64_t)i, 0, 0.5f);
     float *q = (float *)malloc(sizeof(float) * (size_t)B * stride);
-    CUDA_CHECK(cudaMemcpy(q, s.qkv, sizeof(float) * (size_t)B * stride, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpyAsync(q, s.qkv, sizeof(float) * (size_t)B * stride, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
     double *ref = (double *)calloc((size_t)B * NH * HD, sizeof(double)), *w = (double *)malloc(sizeof(double) * (size_t)s.max_len);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -174,7 +166,8 @@ static void check(int B, const int *lens, int nkv)
     for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
         s.P = P, s.max_parts = (s.max_len + P - 1) / P, s.next = 0;
         do_decode(&s);
-        CUDA_CHECK(cudaMemcpy(out, s.out, sizeof(bf16_t) * (size_t)B * NH * HD, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpyAsync(out, s.out, sizeof(bf16_t) * (size_t)B * NH * HD, cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
         double num = 0, den = 0;
         for (int64_t i = 0; i < (int64_t)B * NH * HD; i++) {
             double d = bf16_to_f32(out[i]) - ref[i];
@@ -200,6 +193,8 @@ static void do_copy(void *ctx)
 int main(void)
 {
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int uneven[3] = {37, 700, 1203};
     check(3, uneven, 32);
     check(3, uneven, 8);
@@ -223,7 +218,7 @@ int main(void)
                 shape s;
                 shape_open(&s, B, lens, nkvs[h], POOL_BYTES);
                 double bytes = 2.0 * B * len * nkvs[h] * HD * 2, best = 1e30, t[4];
-                int best_p = 0, rule = rule_partition(nkvs[h], B, len);
+                int best_p = 0, rule = k_decode_partition(NH, nkvs[h], B, len, sms, INT64_MAX);
                 printf("| %d/%-2d | %-3d | %-7d |", NH, nkvs[h], B, len);
                 for (int i = 0, P = 32; P <= K_DECODE_PARTITION; P *= 2, i++) {
                     s.P = P, s.max_parts = (len + P - 1) / P;
