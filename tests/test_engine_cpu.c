@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #include "engine/cpu_ops.h"
+#if TANDEM_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
 #include "engine/engine.h"
 #include "engine/safetensors.h"
 #include "engine/sampler.h"
@@ -871,6 +874,40 @@ START_TEST(non_finite_weights_are_refused_at_load)
 }
 END_TEST
 
+#if TANDEM_HAVE_CUDA
+/* The decode attention partition (kernels.h, which the CUDA engine calls; pure arithmetic, so
+ * checked here): a power of two in [64, 256], halved only while the grid has fewer than three
+ * blocks an SM and the partials hold the halved split, and never halved past that. */
+START_TEST(decode_partition_keeps_three_blocks_an_sm)
+{
+    static const int32_t heads[][2] = {{32, 32}, {32, 8}, {64, 8}, {40, 40}}, sms[] = {108, 132};
+    static const int32_t seqs[] = {1, 2, 3, 4, 8, 16, 64, 256}, lens[] = {1, 17, 129, 513, 2049, 8193, 32768};
+    for (size_t h = 0; h < ARRAY_LEN(heads); h++)
+        for (size_t s = 0; s < ARRAY_LEN(sms); s++)
+            for (size_t b = 0; b < ARRAY_LEN(seqs); b++)
+                for (size_t l = 0; l < ARRAY_LEN(lens); l++)
+                    for (int64_t cap = 64; cap <= 1 << 20; cap *= 16) {
+                        int32_t nh = heads[h][0], nkv = heads[h][1], nd = seqs[b], len = lens[l];
+                        int32_t P = k_decode_partition(nh, nkv, nd, len, sms[s], cap);
+                        int64_t groups = nh / k_decode_heads_per_block(nh, nkv);
+                        int64_t grid = groups * nd * ((len + P - 1) / P), want = 3 * (int64_t)sms[s];
+                        int64_t halved = (int64_t)nd * ((len + P / 2 - 1) / (P / 2));
+                        ck_assert_msg(P >= 64 && P <= K_DECODE_PARTITION && (P & (P - 1)) == 0,
+                                      "heads %d/%d, %d seqs of %d: partition %d", nh, nkv, nd, len, P);
+                        ck_assert_msg(P == 64 || grid >= want || halved > cap,
+                                      "heads %d/%d, %d seqs of %d, %d SMs: partition %d leaves %lld blocks "
+                                      "(want %lld) though halving fits", nh, nkv, nd, len, sms[s], P,
+                                      (long long)grid, (long long)want);
+                        if (P < K_DECODE_PARTITION) {
+                            int64_t wider = groups * nd * ((len + 2 * P - 1) / (2 * P));
+                            ck_assert_msg(wider < want, "heads %d/%d, %d seqs of %d: halved to %d though %d "
+                                          "gave %lld blocks", nh, nkv, nd, len, P, 2 * P, (long long)wider);
+                        }
+                    }
+}
+END_TEST
+#endif
+
 int main(void)
 {
     Suite *s = suite_create("engine_cpu");
@@ -893,6 +930,9 @@ int main(void)
     tcase_add_test(tc, cli_generate_rejects_bad_input);
     tcase_add_test(tc, non_finite_weights_are_refused_at_load);
     tcase_add_test(tc, non_finite_logits_stop_the_engine);
+#if TANDEM_HAVE_CUDA
+    tcase_add_test(tc, decode_partition_keeps_three_blocks_an_sm);
+#endif
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
