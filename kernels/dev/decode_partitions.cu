@@ -23,6 +23,7 @@
 #include "kernels/prefill_wgmma.cu"
 #include "kernels/cuda_check.h"
 #include "kernels/numerics.h"
+#include "kernels/dev/lab.cuh"
 
 #define HD 128
 #define NH 32
@@ -31,34 +32,6 @@
 
 static cudaStream_t st;
 static int failures;
-
-static int cmp_f(const void *a, const void *b)
-{
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-// Median ms of one launch(ctx): 9 samples of 10 launches after 10 warm-up launches.
-static double time_ms(void (*launch)(void *), void *ctx)
-{
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < 10; i++) launch(ctx);
-    float t[9];
-    for (int r = 0; r < 9; r++) {
-        CUDA_CHECK(cudaEventRecord(a, st));
-        for (int i = 0; i < 10; i++) launch(ctx);
-        CUDA_CHECK(cudaEventRecord(b, st));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        CUDA_CHECK(cudaEventElapsedTime(&t[r], a, b));
-        t[r] /= 10;
-    }
-    qsort(t, 9, sizeof *t, cmp_f);
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    return t[4];
-}
 
 // One shape: B sequences (lengths lens), nkv KV heads, the K/V of one copy laid out as the
 // engine's paged cache with scattered blocks, `copies` copies of it back to back in kv.
@@ -203,7 +176,7 @@ int main(void)
     CUDA_CHECK(cudaMalloc(&cp[0], 1ull << 30));
     CUDA_CHECK(cudaMalloc(&cp[1], 1ull << 30));
     CUDA_CHECK(cudaMemset(cp[1], 1, 1ull << 30));
-    const double copy_gbs = 2.0 * (1ull << 30) / time_ms(do_copy, cp) / 1e6;
+    const double copy_gbs = 2.0 * (1ull << 30) / time_ms(do_copy, cp, st) / 1e6;
     cudaFree(cp[0]), cudaFree(cp[1]);
     printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written)\n\n", copy_gbs);
     printf("| heads | B   | context | P=32 ms (%% of copy) | P=64            | P=128           | P=256           | rule | best | rule / best |\n");
@@ -222,7 +195,7 @@ int main(void)
                 printf("| %d/%-2d | %-3d | %-7d |", NH, nkvs[h], B, len);
                 for (int i = 0, P = 32; P <= K_DECODE_PARTITION; P *= 2, i++) {
                     s.P = P, s.max_parts = (len + P - 1) / P;
-                    t[i] = time_ms(do_decode, &s);
+                    t[i] = time_ms(do_decode, &s, st);
                     if (t[i] < best) best = t[i], best_p = P;
                     printf(" %.4f (%5.1f%%) |", t[i], 100.0 * bytes / (t[i] * 1e-3) / (copy_gbs * 1e9));
                 }

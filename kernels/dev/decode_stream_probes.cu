@@ -23,6 +23,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/decode_ring.cuh"
+#include "kernels/dev/lab.cuh"
 #include "kernels/numerics.h"
 
 #define DATA_BYTES ((int64_t)1 << 30)
@@ -239,34 +240,6 @@ static uint32_t run_sum(void (*launch)(void *), void *ctx, uint32_t *sink, cudaS
     CUDA_CHECK(cudaMemcpyAsync(&got, sink, 4, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return got;
-}
-
-static int cmp_f(const void *a, const void *b)
-{
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-// Median ms of one launch(ctx): 9 samples of 10 launches after 10 warm-up launches.
-static double time_ms(void (*launch)(void *), void *ctx, cudaStream_t st)
-{
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < 10; i++) launch(ctx);
-    float t[9];
-    for (int r = 0; r < 9; r++) {
-        CUDA_CHECK(cudaEventRecord(a, st));
-        for (int i = 0; i < 10; i++) launch(ctx);
-        CUDA_CHECK(cudaEventRecord(b, st));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        CUDA_CHECK(cudaEventElapsedTime(&t[r], a, b));
-        t[r] /= 10;
-    }
-    qsort(t, 9, sizeof *t, cmp_f);
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    return t[4];
 }
 
 static double copy_gbs; // the device-to-device copy, GB/s (read + written)
