@@ -1,6 +1,6 @@
 // common.cuh: helpers shared by the kernels: launch with programmatic dependent launch, the
-// griddepcontrol instructions, bf16 vector conversions, warp and block reductions; and the few
-// functions one kernel file calls in another.
+// griddepcontrol instructions, bf16 vector conversions, warp and block reductions, tensor-core
+// fragment loads and products; and the few functions one kernel file calls in another.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -143,4 +143,30 @@ __device__ __forceinline__ uint4 ld_stream(const void *p)
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
     return r;
+}
+
+// Tensor-core fragments: d (16 x 8 fp32) += a (16 x 16 bf16, row) b (16 x 8 bf16, col), and
+// ldmatrix of four 8 x 8 bf16 matrices from shared memory (rows of 16 bytes at each lane's address).
+__device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *p)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, const void *p)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 }
