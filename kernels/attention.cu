@@ -253,12 +253,12 @@ template <int HD>
 static cudaError_t decode_hd(const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t P,
                              int32_t mp, float *partials, int32_t *counters, cudaStream_t stream)
 {
-    int group = a->nh / a->nkv;
-    // Heads per block: the whole GQA group when it is 1, 2, 4 or 8; else one head per block.
-    if (group % 8 == 0) return launch_decode<HD, 8>(a, ds, nd, P, mp, partials, counters, stream);
-    if (group % 4 == 0) return launch_decode<HD, 4>(a, ds, nd, P, mp, partials, counters, stream);
-    if (group % 2 == 0) return launch_decode<HD, 2>(a, ds, nd, P, mp, partials, counters, stream);
-    return launch_decode<HD, 1>(a, ds, nd, P, mp, partials, counters, stream);
+    switch (k_decode_heads_per_block(a->nh, a->nkv)) { // the heads of a GQA group, kernels.h
+    case 8: return launch_decode<HD, 8>(a, ds, nd, P, mp, partials, counters, stream);
+    case 4: return launch_decode<HD, 4>(a, ds, nd, P, mp, partials, counters, stream);
+    case 2: return launch_decode<HD, 2>(a, ds, nd, P, mp, partials, counters, stream);
+    default: return launch_decode<HD, 1>(a, ds, nd, P, mp, partials, counters, stream);
+    }
 }
 
 extern "C" cudaError_t k_decode_attention(const k_attn_args *a, const int32_t *decode_seqs,

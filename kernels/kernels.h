@@ -129,7 +129,7 @@ typedef struct k_attn_args {
 #define K_DECODE_PARTITION 256
 
 /* Query heads a decode block serves: the whole group that shares a KV head when it is 1, 2, 4
- * or 8 heads, else one (as kernels/attention.cu dispatches). */
+ * or 8 heads, else one (kernels/attention.cu dispatches on it). */
 static inline int32_t k_decode_heads_per_block(int32_t nh, int32_t nkv)
 {
     int32_t g = nh / nkv;
