@@ -13,7 +13,7 @@ dev-kernels: $(DEV_KERNELS)
 
 $(BUILD)/dev/%: kernels/dev/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -I. -Icore -MMD -MP -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -I. -Icore -MMD -MP -o $@ $< $(CUBLAS_LIBS)
 else
 dev-kernels:
 	@echo "dev-kernels needs CUDA (nvcc)" >&2; exit 1

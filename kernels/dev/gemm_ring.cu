@@ -21,7 +21,9 @@
 //
 // Checked first against a CPU reference (fp32 sums over the same bf16 values) at o_proj's and
 // down_proj's shapes, then timed (lab.cuh's rule, y not zeroed between launches) at Llama-2-7B's
-// decode GEMM shapes for M = 1, 2, 4, 8, 16, 32, beside a device-to-device copy.
+// decode GEMM shapes for M = 1, 2, 4, 8, 16, 32, each beside cuBLAS's bf16 GEMM of the same
+// shape (fp32 out, default algorithm) on the same weights, and a device-to-device copy.
+#include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,13 +123,29 @@ gemm_ring_kernel(const bf16_t *x, const bf16_t *w, float *y, int M, int N, int K
 }
 
 static cudaStream_t st;
+static cublasHandle_t blas;
 static int sms, failures;
 
 typedef struct gemm {
     const bf16_t *x, *w;
     float *y;
     int M, N, K;
+    bool cublas; // time cuBLAS instead of the ring kernel
 } gemm;
+
+// y (M, N) = x (M, K) w^T with w (N, K), both row-major: in cuBLAS's column-major terms
+// y^T (N, M) = w (K, N)^T x^T (K, M).
+static void cublas_gemm(const gemm *g)
+{
+    const float one = 1, zero = 0;
+    cublasStatus_t s = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, g->N, g->M, g->K, &one, g->w, CUDA_R_16BF, g->K,
+                                     g->x, CUDA_R_16BF, g->K, &zero, g->y, CUDA_R_32F, g->N, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "cublasGemmEx: status %d\n", (int)s);
+        exit(1);
+    }
+}
 
 static int slots_for(int mt)
 {
@@ -152,7 +170,8 @@ template <int MT> static void launch_mt(const gemm *g)
 static void do_gemm(void *ctx)
 {
     const gemm *g = (const gemm *)ctx;
-    if (g->M <= 16) launch_mt<1>(g);
+    if (g->cublas) cublas_gemm(g);
+    else if (g->M <= 16) launch_mt<1>(g);
     else launch_mt<2>(g);
 }
 
@@ -165,7 +184,7 @@ static void do_copy(void *ctx)
 // y of M rows against fp32 sums of the same bf16 products on the host.
 static void check(const char *name, int M, int N, int K)
 {
-    gemm g = {NULL, NULL, NULL, M, N, K};
+    gemm g = {NULL, NULL, NULL, M, N, K, false};
     bf16_t *dx, *dw;
     CUDA_CHECK(cudaMalloc((void **)&dx, (size_t)M * K * 2));
     CUDA_CHECK(cudaMalloc((void **)&dw, (size_t)N * K * 2));
@@ -201,6 +220,10 @@ static void check(const char *name, int M, int N, int K)
 int main(void)
 {
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas, st) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "gemm_ring: cannot create a cuBLAS handle\n");
+        return 1;
+    }
     sms = k_device_attr(cudaDevAttrMultiProcessorCount, 132);
     printf("gemm_ring: %d SMs, %d / %d ring slots (M <= 16 / 32)\n", sms, slots_for(1), slots_for(2));
     static const int check_m[] = {1, 3, 16, 17, 32};
@@ -221,8 +244,8 @@ int main(void)
     static const struct { const char *name; int N, K; } shapes[] = {
         {"qkv", 12288, 4096}, {"o", 4096, 4096}, {"gate_up", 22016, 4096}, {"down", 4096, 11008}};
     static const int ms[] = {1, 2, 4, 8, 16, 32};
-    printf("| GEMM    | N x K         | M=1 ms (%% of copy) | M=2            | M=4            | M=8            | M=16           | M=32           |\n");
-    printf("|---------|---------------|----------------|----------------|----------------|----------------|----------------|----------------|\n");
+    printf("| GEMM    | N x K         | kernel | M=1 ms (%% of copy) | M=2            | M=4            | M=8            | M=16           | M=32           |\n");
+    printf("|---------|---------------|--------|----------------|----------------|----------------|----------------|----------------|----------------|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int N = shapes[s].N, K = shapes[s].K;
         const size_t wbytes = (size_t)N * K * 2;
@@ -235,26 +258,29 @@ int main(void)
         CUDA_CHECK(k_synth_bf16(w, (int64_t)N * K * copies, 4, 2, 0, 0.02f, st));
         CUDA_CHECK(k_synth_bf16(x, (int64_t)32 * K, 4, 1, 0, 1.0f, st));
         CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)32 * N * 4, st));
-        printf("| %-7s | %5d x %-5d |", shapes[s].name, N, K);
-        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
-            struct rot {
-                gemm g;
-                const bf16_t *w0;
-                size_t step;
-                int copies, next;
-            } r = {{x, w, y, ms[mi], N, K}, w, (size_t)N * K, copies, 0};
-            auto launch = [](void *c) {
-                rot *q = (rot *)c;
-                q->g.w = q->w0 + q->step * q->next;
-                q->next = (q->next + 1) % q->copies;
-                do_gemm(&q->g);
-            };
-            const double ms_t = time_ms(launch, &r, st);
-            printf(" %.4f (%5.1f%%) |", ms_t, 100.0 * wbytes / (ms_t * 1e-3) / (copy_gbs * 1e9));
+        for (int lib = 0; lib < 2; lib++) {
+            printf("| %-7s | %5d x %-5d | %-6s |", shapes[s].name, N, K, lib ? "cuBLAS" : "ring");
+            for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+                struct rot {
+                    gemm g;
+                    const bf16_t *w0;
+                    size_t step;
+                    int copies, next;
+                } r = {{x, w, y, ms[mi], N, K, lib == 1}, w, (size_t)N * K, copies, 0};
+                auto launch = [](void *c) {
+                    rot *q = (rot *)c;
+                    q->g.w = q->w0 + q->step * q->next;
+                    q->next = (q->next + 1) % q->copies;
+                    do_gemm(&q->g);
+                };
+                const double ms_t = time_ms(launch, &r, st);
+                printf(" %.4f (%5.1f%%) |", ms_t, 100.0 * wbytes / (ms_t * 1e-3) / (copy_gbs * 1e9));
+            }
+            printf("\n");
         }
-        printf("\n");
         cudaFree(w), cudaFree(x), cudaFree(y);
     }
+    cublasDestroy(blas);
     printf("\ngemm_ring: %s\n", failures ? "CHECKS FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
