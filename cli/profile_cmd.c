@@ -77,6 +77,7 @@ typedef struct profile_options {
     serving_options serving;
     engine_flags engine;
     int64_t repeats, warmup, settle_ms;
+    bool force_gpu;
     char *profile_out;
 } profile_options;
 
@@ -87,6 +88,8 @@ static const opt_spec profile_own_specs[] = {
     {"warmup", OPT_I64, O(warmup), "2", "untimed steps per grid point before them"},
     {"settle-ms", OPT_I64, O(settle_ms), "-1",
      "and untimed steps until this much step time has passed (-1: 300 on the cuda backend, 0 on cpu)"},
+    {"force-gpu", OPT_BOOL, O(force_gpu), "false",
+     "cuda: write the profile even when the device is not the GPU that --gpu names (the header records both)"},
     OPT_END,
 };
 #undef O
@@ -360,6 +363,23 @@ static void device_line(const char *backend, char *buf, size_t size)
     pclose(f);
 }
 
+/* On the cuda backend, refuses (unless --force-gpu) a device that is not the --gpu row's chip: the
+ * profile is labelled with that row, and `--cost-model auto` would predict that GPU with it. A
+ * device nvidia-smi cannot name is let through (the header says "unknown"). */
+static int check_device(const profile_options *o, const serving_setup *su, terr *e)
+{
+    char device[256];
+    device_line(o->engine.backend, device, sizeof device);
+    device[strcspn(device, ",")] = 0; /* the name */
+    if (strcmp(o->engine.backend, "cuda") || !strcmp(device, "unknown") || o->force_gpu ||
+        gpu_names_device(su->gpu, device))
+        return 0;
+    return terr_set(e, "--gpu %s is an %s, but the CUDA device is an %s: name its row with --gpu (the rows are "
+                       "listed under `tandem profile --help`), since `--cost-model auto` predicts the --gpu "
+                       "row's GPU with this profile; or pass --force-gpu",
+                    su->gpu->name, su->gpu->description, device);
+}
+
 static void write_header(FILE *f, const profile_options *o, const serving_setup *su, const engine *eng,
                          const grid *g, int argc, char **argv)
 {
@@ -390,13 +410,27 @@ static void write_header(FILE *f, const profile_options *o, const serving_setup 
     fprintf(f, "\n%s\n", profile_columns_header);
 }
 
-static const char *usage =
+static const char *usage_head =
     "usage: tandem profile --model DIR|synthetic:NAME --out FILE [--backend cuda|cpu] [options]\n\n"
     "Measures the engine's step time over a grid of prefill, decode and mixed steps within the\n"
     "budgets, exactly as `tandem run` takes steps, and writes a profile that\n"
     "`tandem sim --cost-model profile:FILE` predicts step times from.\n\n"
     "   or: tandem profile --from-runs DIR[,DIR...] [--base PROFILE] --out FILE\n\n"
     "calibrates one on measured serving runs instead (`tandem profile --from-runs --help`).";
+
+/* The head and the GPU rows that --gpu names (a new string). */
+static char *profile_usage(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) abort();
+    fprintf(f, "%s\n\nGPUs (--gpu):\n", usage_head);
+    gpu_list(f);
+    fclose(f);
+    if (len && text[len - 1] == '\n') text[len - 1] = 0; /* the options' list adds its own */
+    return text;
+}
 
 int profile_main(int argc, char **argv)
 {
@@ -409,7 +443,9 @@ int profile_main(int argc, char **argv)
     serving_options_defaults(&o.serving);
     opts_defaults(specs, &o);
     terr e = {{0}};
+    char *usage = profile_usage();
     int code = 2, rc = opts_parse(specs, &o, argc, argv, NULL, usage, &e);
+    free(usage);
     engine eng = {0};
     bool opened = false;
     executor ex = {0};
@@ -443,6 +479,7 @@ int profile_main(int argc, char **argv)
         terr_set(&e, "--settle-ms %lld: must be in [0, 60000], or -1 for the backend's default", (long long)o.settle_ms);
         goto fail;
     }
+    if (check_device(&o, &su, &e)) goto fail;
     su.sched.max_num_seqs = (int32_t)o.serving.max_num_seqs;
     su.sched.max_num_batched_tokens = (int32_t)o.serving.max_num_batched_tokens;
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;

@@ -95,6 +95,17 @@ static const gpu_spec gpus[] = {
     },
 };
 
+bool gpu_names_device(const gpu_spec *g, const char *device)
+{
+    const char *word = strchr(g->description, ' ');
+    char chip[32];
+    size_t n = word ? strcspn(word + 1, " ") : 0;
+    if (n == 0 || n >= sizeof chip) return false;
+    memcpy(chip, word + 1, n);
+    chip[n] = 0;
+    return strstr(device, chip) != NULL;
+}
+
 const gpu_spec *gpu_find(const char *name)
 {
     for (size_t i = 0; i < ARRAY_LEN(gpus); i++)

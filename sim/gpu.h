@@ -9,6 +9,7 @@
 #ifndef TANDEM_GPU_H
 #define TANDEM_GPU_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -49,6 +50,9 @@ typedef struct gpu_spec {
 } gpu_spec;
 
 const gpu_spec *gpu_find(const char *name); /* NULL if unknown */
+/* Whether device, a CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), is
+ * g's chip: it holds the chip's name, the second word of g's description ("H100"). */
+bool gpu_names_device(const gpu_spec *g, const char *device);
 void gpu_list(FILE *f);                     /* valid names with descriptions */
 
 #endif

@@ -443,6 +443,14 @@ START_TEST(test_gpu_table)
                           g->mem_bw_bytes_s < g->peak_mem_bw_bytes_s &&
                           g->bf16_flops < g->peak_bf16_flops && g->source && g->source[0],
                       "%s: achieved rates must be below peaks, with a source", g->name);
+    /* each row against each board's name as the driver reports it: only its own matches */
+    const gpu_spec *rows[] = {h200, h100, a100};
+    static const char *const devices[] = {"NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"};
+    for (int r = 0; r < 3; r++)
+        for (int d = 0; d < 3; d++) {
+            bool got = gpu_names_device(rows[r], devices[d]);
+            ck_assert_msg(got == (r == d), "gpu_names_device(%s, \"%s\") = %d", rows[r]->name, devices[d], got);
+        }
 }
 END_TEST
 

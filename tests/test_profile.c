@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -258,6 +259,41 @@ START_TEST(another_models_profile_is_refused_unless_forced)
 }
 END_TEST
 
+/* A cuda profile is labelled with the --gpu row, and `--cost-model auto` predicts that GPU with it:
+ * a device of another chip is refused before anything loads, unless --force-gpu. The device is
+ * what nvidia-smi says: a stand-in on PATH names an H100 here (CI has no GPU). */
+START_TEST(a_profile_of_another_gpu_is_refused_unless_forced)
+{
+    char bin[4300], path[9000], out[4300];
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    ck_assert(mkdir(bin, 0755) == 0);
+    char *smi = write_temp_file(bin, "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.95.05, 1980 MHz, 1980 MHz'\n");
+    ck_assert(chmod(smi, 0755) == 0);
+    const char *old = getenv("PATH");
+    char *saved = strdup(old ? old : "/usr/bin:/bin");
+    snprintf(path, sizeof path, "%s:%s", bin, saved);
+    setenv("PATH", path, 1);
+    snprintf(out, sizeof out, "%s/h100.csv", dir);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--gpu h200") && strstr(r.err, "NVIDIA H100 80GB HBM3") &&
+                      strstr(r.err, "--force-gpu"),
+                  "exit %d: %s", r.exit_code, r.err);
+    cli_result_free(&r);
+    /* named rightly, or forced, it goes on to open the engine (here: no CUDA device, or one) */
+    static const char *const pass[][2] = {{"--gpu", "h100-sxm"}, {"--force-gpu", NULL}};
+    for (int i = 0; i < 2; i++) {
+        r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--out", out, "--repeats", "1",
+                    "--num-gpu-blocks-override", "64", "--max-num-seqs", "2", "--max-model-len", "64", "--quiet",
+                    pass[i][0], pass[i][1], NULL);
+        ck_assert_msg(!strstr(r.err, "but the CUDA device is"), "%s: refused: %s", pass[i][0], r.err);
+        cli_result_free(&r);
+    }
+    setenv("PATH", saved, 1);
+    free(saved);
+    free(smi);
+}
+END_TEST
+
 START_TEST(run_repeat_writes_each_run_and_the_spread)
 {
     char out[4300], path[4400];
@@ -454,6 +490,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, profile_file_has_provenance_and_every_kind_of_step);
     tcase_add_test(tc, settle_runs_each_point_untimed_first);
+    tcase_add_test(tc, a_profile_of_another_gpu_is_refused_unless_forced);
     tcase_add_test(tc, simulation_from_the_profile_matches_the_engine);
     tcase_add_test(tc, bad_profiles_are_named_by_file_and_line);
     tcase_add_test(tc, another_models_profile_is_refused_unless_forced);
