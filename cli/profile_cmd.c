@@ -365,12 +365,11 @@ static void device_line(const char *backend, char *buf, size_t size)
 
 /* On the cuda backend, refuses (unless --force-gpu) a device that is not the --gpu row's chip: the
  * profile is labelled with that row, and `--cost-model auto` would predict that GPU with it. A
- * device nvidia-smi cannot name is let through (the header says "unknown"). */
-static int check_device(const profile_options *o, const serving_setup *su, terr *e)
+ * device nvidia-smi cannot name is let through (the header says "unknown"). device: device_line's. */
+static int check_device(const profile_options *o, const serving_setup *su, const char *device_info, terr *e)
 {
     char device[256];
-    device_line(o->engine.backend, device, sizeof device);
-    device[strcspn(device, ",")] = 0; /* the name */
+    snprintf(device, sizeof device, "%.*s", (int)strcspn(device_info, ","), device_info); /* the name */
     if (strcmp(o->engine.backend, "cuda") || !strcmp(device, "unknown") || o->force_gpu ||
         gpu_names_device(su->gpu, device))
         return 0;
@@ -380,11 +379,10 @@ static int check_device(const profile_options *o, const serving_setup *su, terr 
                     su->gpu->name, su->gpu->description, device);
 }
 
-static void write_header(FILE *f, const profile_options *o, const serving_setup *su, const engine *eng,
-                         const grid *g, int argc, char **argv)
+static void write_header(FILE *f, const profile_options *o, const serving_setup *su, const char *device,
+                         const engine *eng, const grid *g, int argc, char **argv)
 {
-    char device[256], date[64];
-    device_line(o->engine.backend, device, sizeof device);
+    char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     fprintf(f, "# tandem profile 1\n");
@@ -479,7 +477,9 @@ int profile_main(int argc, char **argv)
         terr_set(&e, "--settle-ms %lld: must be in [0, 60000], or -1 for the backend's default", (long long)o.settle_ms);
         goto fail;
     }
-    if (check_device(&o, &su, &e)) goto fail;
+    char device[256];
+    device_line(o.engine.backend, device, sizeof device);
+    if (check_device(&o, &su, device, &e)) goto fail;
     su.sched.max_num_seqs = (int32_t)o.serving.max_num_seqs;
     su.sched.max_num_batched_tokens = (int32_t)o.serving.max_num_batched_tokens;
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
@@ -504,7 +504,7 @@ int profile_main(int argc, char **argv)
         goto fail;
     }
     f = out.f;
-    write_header(f, &o, &su, &eng, &g, argc, argv);
+    write_header(f, &o, &su, device, &eng, &g, argc, argv);
     if (ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self)) {
         kernels_path(o.profile_out, kpath, sizeof kpath);
         if (out_atomic_open(&kout, kpath, "w", &e)) {

@@ -157,12 +157,6 @@ static void check(int B, const int *lens, int nkv)
     shape_close(&s);
 }
 
-static void do_copy(void *ctx)
-{
-    void **p = (void **)ctx;
-    CUDA_CHECK(cudaMemcpyAsync(p[0], p[1], 1ull << 30, cudaMemcpyDeviceToDevice, st));
-}
-
 int main(void)
 {
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -172,12 +166,7 @@ int main(void)
     check(3, uneven, 32);
     check(3, uneven, 8);
 
-    void *cp[2];
-    CUDA_CHECK(cudaMalloc(&cp[0], 1ull << 30));
-    CUDA_CHECK(cudaMalloc(&cp[1], 1ull << 30));
-    CUDA_CHECK(cudaMemset(cp[1], 1, 1ull << 30));
-    const double copy_gbs = 2.0 * (1ull << 30) / time_ms(do_copy, cp, st) / 1e6;
-    cudaFree(cp[0]), cudaFree(cp[1]);
+    const double copy_gbs = lab_copy_gbs(st);
     printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written)\n\n", copy_gbs);
     printf("| heads | B   | context | P=32 ms (%% of copy) | P=64            | P=128           | P=256           | rule | best | rule / best |\n");
     printf("|-------|-----|---------|-----------------|-----------------|-----------------|-----------------|------|------|-------------|\n");

@@ -252,7 +252,7 @@ static void row(const char *probe, const char *shape, double ms, double bytes)
 
 struct ctx_t {
     cudaStream_t st;
-    void *src, *dst;
+    void *src;
     int64_t bytes;
     uint32_t *sink;
     int row_bytes, rows, inflight, units;
@@ -260,11 +260,6 @@ struct ctx_t {
     float *y;
 };
 
-static void do_copy(void *p)
-{
-    ctx_t *c = static_cast<ctx_t *>(p);
-    CUDA_CHECK(cudaMemcpyAsync(c->dst, c->src, (size_t)c->bytes, cudaMemcpyDeviceToDevice, c->st));
-}
 static void do_read(void *p)
 {
     ctx_t *c = static_cast<ctx_t *>(p);
@@ -401,7 +396,6 @@ int main(int argc, char **argv)
     ctx_t c = {};
     CUDA_CHECK(cudaStreamCreateWithFlags(&c.st, cudaStreamNonBlocking));
     CUDA_CHECK(cudaMalloc(&c.src, (size_t)DATA_BYTES));
-    CUDA_CHECK(cudaMalloc(&c.dst, (size_t)DATA_BYTES));
     CUDA_CHECK(cudaMalloc((void **)&c.sink, 4));
     CUDA_CHECK(cudaMalloc((void **)&c.y, sizeof(float) * (size_t)sms() * 512 * 8));
     fill_kernel<<<sms() * 8, 256, 0, c.st>>>(static_cast<uint32_t *>(c.src), DATA_BYTES / 4);
@@ -411,7 +405,7 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaStreamSynchronize(c.st));
 
     c.bytes = DATA_BYTES;
-    copy_gbs = 2.0 * DATA_BYTES / time_ms(do_copy, &c, c.st) / 1e6;
+    copy_gbs = lab_copy_gbs(c.st);
     printf("| probe    | shape                                        |       ms |     GB/s | of copy |\n");
     printf("|----------|----------------------------------------------|----------|----------|---------|\n");
     printf("| copy     | 1 GiB device to device, read + written       |          | %8.1f |  100.0%% |\n", copy_gbs);

@@ -156,12 +156,12 @@ static int slots_for(int mt)
 
 template <int MT> static void launch_mt(const gemm *g)
 {
-    const int ns = slots_for(MT);
-    const size_t smem = GR_BARS + (size_t)ns * gr_slot_elems<MT>() * 2;
-    static bool set;
-    if (!set) {
+    static int ns; // once per variant, outside the timed launches
+    static size_t smem;
+    if (!ns) {
+        ns = slots_for(MT);
+        smem = GR_BARS + (size_t)ns * gr_slot_elems<MT>() * 2;
         CUDA_CHECK(cudaFuncSetAttribute(gemm_ring_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        set = true;
     }
     gemm_ring_kernel<MT><<<sms, GR_THREADS, smem, st>>>(g->x, g->w, g->y, g->M, g->N, g->K, ns);
     CUDA_CHECK(cudaGetLastError());
@@ -173,12 +173,6 @@ static void do_gemm(void *ctx)
     if (g->cublas) cublas_gemm(g);
     else if (g->M <= 16) launch_mt<1>(g);
     else launch_mt<2>(g);
-}
-
-static void do_copy(void *ctx)
-{
-    void **p = (void **)ctx;
-    CUDA_CHECK(cudaMemcpyAsync(p[0], p[1], 1ull << 30, cudaMemcpyDeviceToDevice, st));
 }
 
 // y of M rows against fp32 sums of the same bf16 products on the host.
@@ -232,12 +226,7 @@ int main(void)
         check("down_proj", check_m[i], 4096, 11008);
     }
 
-    void *cp[2];
-    CUDA_CHECK(cudaMalloc(&cp[0], 1ull << 30));
-    CUDA_CHECK(cudaMalloc(&cp[1], 1ull << 30));
-    CUDA_CHECK(cudaMemset(cp[1], 1, 1ull << 30));
-    const double copy_gbs = 2.0 * (1ull << 30) / time_ms(do_copy, cp, st) / 1e6;
-    cudaFree(cp[0]), cudaFree(cp[1]);
+    const double copy_gbs = lab_copy_gbs(st);
     printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written)\n\n", copy_gbs);
 
     // Llama-2-7B's decode GEMMs; each weight is one of several copies, so no launch finds it in L2

@@ -1,4 +1,5 @@
-// lab.cuh: what the kernels' lab programs (kernels/dev/*.cu) share: the timing rule.
+// lab.cuh: what the kernels' lab programs (kernels/dev/*.cu) share: the timing rule and the copy
+// ceiling their rates are held against.
 #pragma once
 
 #include <stdlib.h>
@@ -31,4 +32,23 @@ static double time_ms(void (*launch)(void *), void *ctx, cudaStream_t st)
     CUDA_CHECK(cudaEventDestroy(a));
     CUDA_CHECK(cudaEventDestroy(b));
     return t[4];
+}
+
+static void lab_copy(void *ctx)
+{
+    void **p = (void **)ctx; // {dst, src, stream}
+    CUDA_CHECK(cudaMemcpyAsync(p[0], p[1], 1ull << 30, cudaMemcpyDeviceToDevice, (cudaStream_t)p[2]));
+}
+
+// The device-to-device copy rate of 1 GiB on st, GB/s (bytes read + written), timed as time_ms.
+static double lab_copy_gbs(cudaStream_t st)
+{
+    void *p[3] = {NULL, NULL, (void *)st};
+    CUDA_CHECK(cudaMalloc(&p[0], 1ull << 30));
+    CUDA_CHECK(cudaMalloc(&p[1], 1ull << 30));
+    CUDA_CHECK(cudaMemsetAsync(p[1], 1, 1ull << 30, st));
+    const double gbs = 2.0 * (1ull << 30) / time_ms(lab_copy, p, st) / 1e6;
+    CUDA_CHECK(cudaFree(p[0]));
+    CUDA_CHECK(cudaFree(p[1]));
+    return gbs;
 }
