@@ -2,7 +2,10 @@
 #include "cli/engine_flags.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "sim/gpu.h"
 
 #define O(f) offsetof(engine_flags, f)
 const opt_spec engine_flag_specs[] = {
@@ -17,6 +20,44 @@ const opt_spec engine_flag_specs[] = {
     OPT_END,
 };
 #undef O
+
+const opt_spec engine_gpu_specs[] = {
+    {"gpu", OPT_STR, offsetof(serving_options, gpu), "auto",
+     "GPU row (listed above) whose memory sizes the KV cache; auto: the CUDA device's (h200 on cpu)"},
+    OPT_END,
+};
+
+void engine_flags_device(const char *backend, char *buf, size_t size)
+{
+    snprintf(buf, size, "unknown");
+    if (strcmp(backend, "cuda") != 0) {
+        snprintf(buf, size, "cpu (the reference backend)");
+        return;
+    }
+    FILE *f = popen("nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader "
+                    "2>/dev/null | head -1",
+                    "r");
+    if (!f) return;
+    if (fgets(buf, (int)size, f)) buf[strcspn(buf, "\n")] = 0;
+    if (!buf[0]) snprintf(buf, size, "unknown");
+    pclose(f);
+}
+
+int engine_flags_pick_gpu(const engine_flags *f, const char *device, serving_options *o, terr *e)
+{
+    if (strcmp(o->gpu, "auto") != 0) return 0;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(device, ","), device);
+    const gpu_spec *g = gpu_find("h200");
+    if (!strcmp(f->backend, "cuda") && strcmp(name, "unknown") != 0 && !(g = gpu_for_device(name)))
+        return terr_set(e, "--gpu auto: no GPU row is the CUDA device (%s): name the row nearest it with --gpu "
+                           "(the rows are listed under --help) and set --num-gpu-blocks-override if its memory "
+                           "differs",
+                        name);
+    free(o->gpu);
+    o->gpu = xstrdup(g->name);
+    return 0;
+}
 
 int engine_flags_open(const engine_flags *f, const serving_options *o, serving_setup *su, engine *eng, terr *e)
 {

@@ -23,6 +23,19 @@ typedef struct engine_flags {
 
 /* The engine's flags; offsets into an engine_flags. */
 extern const opt_spec engine_flag_specs[];
+/* --gpu as the engine's commands take it, default "auto"; offsets into a serving_options. */
+extern const opt_spec engine_gpu_specs[];
+
+/* The CUDA device as nvidia-smi names it, with its driver and clocks ("NVIDIA H200, 580.95.05,
+ * 1980 MHz, 1980 MHz"); "cpu (the reference backend)" on the CPU backend; "unknown" when
+ * nvidia-smi does not answer. */
+void engine_flags_device(const char *backend, char *buf, size_t size);
+
+/* Resolves --gpu auto into o->gpu: on the cuda backend the row whose chip the
+ * device is (device: engine_flags_device's line), h200 where the device is unknown (the engine
+ * then says what it found) or on the CPU backend. A device no row names is an error that asks
+ * for --gpu. Another value is left as it is. Returns 0, or -1 with e set. */
+int engine_flags_pick_gpu(const engine_flags *f, const char *device, serving_options *o, terr *e);
 
 /* Opens the engine for su: the GPU gets the KV blocks of vLLM's memory accounting (or
  * --num-gpu-blocks-override), the CPU reference what max_num_seqs sequences of max_model_len

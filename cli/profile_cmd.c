@@ -98,12 +98,13 @@ static const opt_spec *profile_option_specs(void)
 {
     static opt_spec *table;
     static size_t n;
-    static const char *const serving_keep[] = {"model", "gpu", "block-size", "max-num-seqs", "max-num-batched-tokens",
+    static const char *const serving_keep[] = {"model", "block-size", "max-num-seqs", "max-num-batched-tokens",
                                                "max-model-len", "gpu-memory-utilization", "num-gpu-blocks-override",
                                                "quiet", NULL};
     static const char *const engine_keep[] = {"backend", "weight-seed", "cuda-graphs", "kernel-trace", NULL};
     if (!table) {
         opts_pick(&table, &n, serving_option_specs(), offsetof(profile_options, serving), serving_keep);
+        opts_join(&table, &n, engine_gpu_specs, offsetof(profile_options, serving), NULL);
         opts_pick(&table, &n, engine_flag_specs, offsetof(profile_options, engine), engine_keep);
         opts_join(&table, &n, profile_own_specs, 0, NULL);
     }
@@ -346,26 +347,9 @@ static void kernels_path(const char *profile, char *buf, size_t size)
     snprintf(buf, size, "%.*s.kernels.csv", (int)n, profile);
 }
 
-/* "NVIDIA H200, 580.95.05, 1980 MHz, 1980 MHz" from nvidia-smi, or "unknown". */
-static void device_line(const char *backend, char *buf, size_t size)
-{
-    snprintf(buf, size, "unknown");
-    if (strcmp(backend, "cuda") != 0) {
-        snprintf(buf, size, "cpu (the reference backend)");
-        return;
-    }
-    FILE *f = popen("nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader "
-                    "2>/dev/null | head -1",
-                    "r");
-    if (!f) return;
-    if (fgets(buf, (int)size, f)) buf[strcspn(buf, "\n")] = 0;
-    if (!buf[0]) snprintf(buf, size, "unknown");
-    pclose(f);
-}
-
 /* On the cuda backend, refuses (unless --force-gpu) a device that is not the --gpu row's chip: the
  * profile is labelled with that row, and `--cost-model auto` would predict that GPU with it. A
- * device nvidia-smi cannot name is let through (the header says "unknown"). device: device_line's. */
+ * device nvidia-smi cannot name is let through (the header says "unknown"). device: engine_flags_device's. */
 static int check_device(const profile_options *o, const serving_setup *su, const char *device_info, terr *e)
 {
     char device[256];
@@ -460,7 +444,11 @@ int profile_main(int argc, char **argv)
         goto done;
     }
     serving_setup su;
-    if (rc || serving_resolve_capacity(&o.serving, &su, &e)) goto fail;
+    char device[256];
+    if (!rc) engine_flags_device(o.engine.backend, device, sizeof device);
+    if (rc || engine_flags_pick_gpu(&o.engine, device, &o.serving, &e) ||
+        serving_resolve_capacity(&o.serving, &su, &e))
+        goto fail;
     if (!o.profile_out) {
         terr_set(&e, "--out FILE is required (see --help)");
         goto fail;
@@ -477,8 +465,6 @@ int profile_main(int argc, char **argv)
         terr_set(&e, "--settle-ms %lld: must be in [0, 60000], or -1 for the backend's default", (long long)o.settle_ms);
         goto fail;
     }
-    char device[256];
-    device_line(o.engine.backend, device, sizeof device);
     if (check_device(&o, &su, device, &e)) goto fail;
     su.sched.max_num_seqs = (int32_t)o.serving.max_num_seqs;
     su.sched.max_num_batched_tokens = (int32_t)o.serving.max_num_batched_tokens;

@@ -30,7 +30,6 @@ typedef struct run_options {
 
 #define O(f) offsetof(run_options, f)
 static const opt_spec run_own_specs[] = {
-    {"gpu", OPT_STR, O(serving.gpu), "h200", "GPU whose memory sizes the KV cache (cuda backend; listed above)"},
     {"repeat", OPT_I64, O(repeat), "1", "serve the trace N times (outputs in --out/1 .. N), for the run-to-run spread"},
     OPT_END,
 };
@@ -46,6 +45,7 @@ static const opt_spec *run_option_specs(void)
                                        "tensor-parallel-size", NULL};
     if (!table) {
         opts_join(&table, &n, serving_option_specs(), offsetof(run_options, serving), skip);
+        opts_join(&table, &n, engine_gpu_specs, offsetof(run_options, serving), NULL);
         opts_join(&table, &n, run_own_specs, 0, NULL);
         opts_join(&table, &n, engine_flag_specs, offsetof(run_options, engine), NULL);
     }
@@ -114,7 +114,10 @@ int run_main(int argc, char **argv)
         goto done;
     }
     serving_setup su;
-    if (rc || serving_resolve(&o.serving, &su, &e)) goto fail;
+    char device[256];
+    if (!rc) engine_flags_device(o.engine.backend, device, sizeof device);
+    if (rc || engine_flags_pick_gpu(&o.engine, device, &o.serving, &e) || serving_resolve(&o.serving, &su, &e))
+        goto fail;
     if (o.repeat < 1 || o.repeat > 1000) {
         terr_set(&e, "--repeat: %lld is not in [1, 1000]", (long long)o.repeat);
         goto fail;

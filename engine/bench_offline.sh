@@ -187,10 +187,11 @@ if [ "$TANDEM" = 1 ]; then
             fi
             run=$(last_run "$d/run")
             blocks=$(json_get "$run/summary.json" config resolved num_gpu_blocks)
+            gpu=$(json_get "$run/summary.json" config gpu) # the row the run found the device to be
             for cm in auto roofline; do
                 # shellcheck disable=SC2046
                 timeout -k 5 "$T_SIM" "$TANDEM_BIN" sim --trace "$OUT/traces/$b.csv" --model "synthetic:$m" $(flags "$b") \
-                    --num-gpu-blocks-override "$blocks" --cost-model "$cm" --out "$d/sim-$cm" --quiet \
+                    --gpu "$gpu" --num-gpu-blocks-override "$blocks" --cost-model "$cm" --out "$d/sim-$cm" --quiet \
                     > "$OUT/logs/sim-$cm-$m-$b.log" 2>&1 || { say "$m batch $b: sim $cm failed"; status=1; }
             done
             # one line: the figures, or what is missing (rejected requests, e.g., exit 0 too)

@@ -88,7 +88,7 @@ gpu() {
     if [ -f "$dir/${model}_h200.csv" ]; then
         cp "$dir/${model}_h200.csv" configs/profiles/
     else
-        "$BIN" profile --model "synthetic:$model" --backend cuda --out "configs/profiles/${model}_h200.csv" --quiet
+        "$BIN" profile --model "synthetic:$model" --backend cuda --gpu h200 --out "configs/profiles/${model}_h200.csv" --quiet
         cp "configs/profiles/${model}_h200.csv" "$dir/"
         echo "[$EXP] $model: profile $((SECONDS - t0)) s"
     fi
@@ -98,7 +98,7 @@ gpu() {
         case " ${WORKLOADS:-$name} " in *" $name "*) ;; *) continue ;; esac
         t0=$SECONDS
         # shellcheck disable=SC2086
-        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda $flags --repeat "${REPEAT:-1}" \
+        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda --gpu h200 $flags --repeat "${REPEAT:-1}" \
             --out "$dir/$name" --quiet \
             || echo "[$EXP] $model $name: FAILED"
         echo "[$EXP] $model $name: $((SECONDS - t0)) s"

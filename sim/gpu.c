@@ -106,6 +106,13 @@ bool gpu_names_device(const gpu_spec *g, const char *device)
     return strstr(device, chip) != NULL;
 }
 
+const gpu_spec *gpu_for_device(const char *device)
+{
+    for (size_t i = 0; i < ARRAY_LEN(gpus); i++)
+        if (gpu_names_device(&gpus[i], device)) return &gpus[i];
+    return NULL;
+}
+
 const gpu_spec *gpu_find(const char *name)
 {
     for (size_t i = 0; i < ARRAY_LEN(gpus); i++)

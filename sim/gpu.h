@@ -53,6 +53,8 @@ const gpu_spec *gpu_find(const char *name); /* NULL if unknown */
 /* Whether device, a CUDA device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), is
  * g's chip: it holds the chip's name, the second word of g's description ("H100"). */
 bool gpu_names_device(const gpu_spec *g, const char *device);
+/* The first row whose chip device is (gpu_names_device), or NULL. */
+const gpu_spec *gpu_for_device(const char *device);
 void gpu_list(FILE *f);                     /* valid names with descriptions */
 
 #endif

@@ -423,7 +423,7 @@ START_TEST(profile_kernel_table_splits_each_point_by_kind)
     snprintf(table, sizeof table, "%s/p.kernels.csv", dir);
     cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--kernel-trace",
                            "--max-num-seqs", "4", "--max-model-len", "256", "--max-num-batched-tokens", "256",
-                           "--num-gpu-blocks-override", "256", /* a cache any GPU holds, not --gpu h200's */
+                           "--num-gpu-blocks-override", "256", /* a cache any GPU holds */
                            "--repeats", "1", "--warmup", "1", "--settle-ms", "0", "--out", prof, "--quiet", NULL);
     ck_assert_msg(r.exit_code == 0, "profile --kernel-trace: exit %d: %s", r.exit_code, r.err);
     cli_result_free(&r);

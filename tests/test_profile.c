@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "cli/engine_flags.h"
 #include "core/clock.h"
 #include "core/util.h"
 #include "testutil.h"
@@ -262,35 +263,91 @@ END_TEST
 /* A cuda profile is labelled with the --gpu row, and `--cost-model auto` predicts that GPU with it:
  * a device of another chip is refused before anything loads, unless --force-gpu. The device is
  * what nvidia-smi says: a stand-in on PATH names an H100 here (CI has no GPU). */
-START_TEST(a_profile_of_another_gpu_is_refused_unless_forced)
+/* Puts a stand-in nvidia-smi that names `device` first on PATH; returns the old PATH (to free). */
+static char *fake_nvidia_smi(const char *device)
 {
-    char bin[4300], path[9000], out[4300];
+    char bin[4300], path[9000], script[512];
     snprintf(bin, sizeof bin, "%s/bin", dir);
-    ck_assert(mkdir(bin, 0755) == 0);
-    char *smi = write_temp_file(bin, "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 580.95.05, 1980 MHz, 1980 MHz'\n");
+    mkdir(bin, 0755);
+    snprintf(script, sizeof script, "#!/bin/sh\necho '%s, 580.95.05, 1980 MHz, 1980 MHz'\n", device);
+    char *smi = write_temp_file(bin, "nvidia-smi", script);
     ck_assert(chmod(smi, 0755) == 0);
+    free(smi);
     const char *old = getenv("PATH");
     char *saved = strdup(old ? old : "/usr/bin:/bin");
     snprintf(path, sizeof path, "%s:%s", bin, saved);
     setenv("PATH", path, 1);
+    return saved;
+}
+
+START_TEST(a_profile_of_another_gpu_is_refused_unless_forced)
+{
+    char out[4300];
+    char *saved = fake_nvidia_smi("NVIDIA H100 80GB HBM3");
     snprintf(out, sizeof out, "%s/h100.csv", dir);
-    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--out", out, NULL);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--out", out, "--gpu",
+                           "h200", NULL);
     ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--gpu h200") && strstr(r.err, "NVIDIA H100 80GB HBM3") &&
                       strstr(r.err, "--force-gpu"),
                   "exit %d: %s", r.exit_code, r.err);
     cli_result_free(&r);
-    /* named rightly, or forced, it goes on to open the engine (here: no CUDA device, or one) */
-    static const char *const pass[][2] = {{"--gpu", "h100-sxm"}, {"--force-gpu", NULL}};
-    for (int i = 0; i < 2; i++) {
+    /* named rightly, left to auto, or forced, it goes on to open the engine (here: no CUDA
+     * device, or one) */
+    static const char *const pass[][2] = {{"--gpu", "h100-sxm"}, {"--gpu", "auto"}, {"--force-gpu", NULL}};
+    for (int i = 0; i < 3; i++) {
         r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cuda", "--out", out, "--repeats", "1",
                     "--num-gpu-blocks-override", "64", "--max-num-seqs", "2", "--max-model-len", "64", "--quiet",
                     pass[i][0], pass[i][1], NULL);
-        ck_assert_msg(!strstr(r.err, "but the CUDA device is"), "%s: refused: %s", pass[i][0], r.err);
+        ck_assert_msg(!strstr(r.err, "but the CUDA device is"), "%s %s: refused: %s", pass[i][0], pass[i][1], r.err);
         cli_result_free(&r);
     }
     setenv("PATH", saved, 1);
     free(saved);
-    free(smi);
+}
+END_TEST
+
+/* --gpu auto (run's and profile's default) sizes the cache for the device that is there, and
+ * asks for --gpu when no row is that device. */
+START_TEST(gpu_auto_is_the_device_or_asks_for_a_row)
+{
+    static const struct {
+        const char *backend, *device, *want;
+    } cases[] = {
+        {"cuda", "NVIDIA H100 80GB HBM3", "h100-sxm"},
+        {"cuda", "NVIDIA H200", "h200"},
+        {"cuda", "NVIDIA A100-SXM4-80GB", "a100-80gb"},
+        {"cuda", "unknown", "h200"}, /* no nvidia-smi: the engine says what it finds */
+        {"cpu", "cpu (the reference backend)", "h200"},
+        {"cuda", "Tesla V100-SXM2-32GB", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        engine_flags f = {.backend = (char *)cases[i].backend};
+        serving_options o = {.gpu = strdup("auto")};
+        terr e = {{0}};
+        int rc = engine_flags_pick_gpu(&f, cases[i].device, &o, &e);
+        if (cases[i].want)
+            ck_assert_msg(rc == 0 && !strcmp(o.gpu, cases[i].want), "%s: rc %d, %s (%s)", cases[i].device, rc, o.gpu,
+                          e.msg);
+        else
+            ck_assert_msg(rc == -1 && strstr(e.msg, "--gpu auto") && strstr(e.msg, cases[i].device), "%s: rc %d, %s",
+                          cases[i].device, rc, e.msg);
+        free(o.gpu);
+    }
+    /* a named row is left alone, whatever the device */
+    engine_flags f = {.backend = "cuda"};
+    serving_options o = {.gpu = strdup("a100-80gb")};
+    terr e = {{0}};
+    ck_assert(engine_flags_pick_gpu(&f, "NVIDIA H100 80GB HBM3", &o, &e) == 0 && !strcmp(o.gpu, "a100-80gb"));
+    free(o.gpu);
+    /* through the CLI: run names the device it found no row for */
+    char *saved = fake_nvidia_smi("Tesla V100-SXM2-32GB");
+    cli_result r = run_cli("run", "--trace", "traces/samples/azure_conv_2023.csv", "--model", "synthetic:tiny-llama2",
+                           "--backend", "cuda", "--max-requests", "2", NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--gpu auto") && strstr(r.err, "Tesla V100"), "exit %d: %s",
+                  r.exit_code, r.err);
+    cli_result_free(&r);
+    setenv("PATH", saved, 1);
+    free(saved);
 }
 END_TEST
 
@@ -491,6 +548,7 @@ int main(void)
     tcase_add_test(tc, profile_file_has_provenance_and_every_kind_of_step);
     tcase_add_test(tc, settle_runs_each_point_untimed_first);
     tcase_add_test(tc, a_profile_of_another_gpu_is_refused_unless_forced);
+    tcase_add_test(tc, gpu_auto_is_the_device_or_asks_for_a_row);
     tcase_add_test(tc, simulation_from_the_profile_matches_the_engine);
     tcase_add_test(tc, bad_profiles_are_named_by_file_and_line);
     tcase_add_test(tc, another_models_profile_is_refused_unless_forced);

@@ -416,10 +416,11 @@ static void do_step(void *c, int i)
     }
 }
 
-/* Step arrays for B sequences each computing n rows after ctx cached ones; sequence b owns
- * blocks [b*S, (b+1)*S). */
+/* Step arrays for B sequences each computing n rows after ctx cached ones. A block table row
+ * is S wide (max_model_len's blocks); sequence b owns the `own` blocks from first_block + b*own,
+ * and its entries past them (never read: ctx + n must fit in own blocks) repeat its first. */
 typedef struct step_buf { int32_t *tok, *pos, *slot, qsl[257], lens[256], *bt, rows[256]; } step_buf;
-static eng_step make_step(step_buf *sb, int B, int ctx, int n, int S, int bs, int32_t first_block)
+static eng_step make_step(step_buf *sb, int B, int ctx, int n, int S, int own, int bs, int32_t first_block)
 {
     int T = B * n;
     sb->tok = realloc(sb->tok, sizeof(int32_t) * (size_t)T);
@@ -427,7 +428,7 @@ static eng_step make_step(step_buf *sb, int B, int ctx, int n, int S, int bs, in
     sb->slot = realloc(sb->slot, sizeof(int32_t) * (size_t)T);
     sb->bt = realloc(sb->bt, sizeof(int32_t) * (size_t)B * S);
     for (int b = 0; b < B; b++) {
-        for (int k = 0; k < S; k++) sb->bt[b * S + k] = first_block + b * S + k;
+        for (int k = 0; k < S; k++) sb->bt[b * S + k] = first_block + b * own + (k < own ? k : 0);
         for (int i = 0; i < n; i++) {
             int t = b * n + i, p = ctx + i;
             sb->tok[t] = (int32_t)((p * 2654435761u + (unsigned)b * 40503u) % 32000u);
@@ -445,12 +446,12 @@ static eng_step make_step(step_buf *sb, int B, int ctx, int n, int S, int bs, in
                       .logits_rows = sb->rows};
 }
 
-/* Fills the KV of sequences 0..nseqs-1 (blocks [b*S, (b+1)*S)) with 1024 tokens, per_step
- * sequences a step. */
-static void fill_kv(engine *eng, step_buf *sb, int nseqs, int per_step, int S, int bs)
+/* Fills the KV of sequences 0..nseqs-1 (own blocks each, from block 0) with 1024 tokens,
+ * per_step sequences a step. */
+static void fill_kv(engine *eng, step_buf *sb, int nseqs, int per_step, int S, int own, int bs)
 {
     for (int b = 0; b < nseqs; b += per_step)
-        do_step(&(step_ctx){eng, make_step(sb, per_step, 0, 1024, S, bs, b * S)}, 0);
+        do_step(&(step_ctx){eng, make_step(sb, per_step, 0, 1024, S, own, bs, b * own)}, 0);
 }
 
 static double time_step(engine *eng, eng_step s, int inner, int reps)
@@ -463,7 +464,7 @@ static double time_step(engine *eng, eng_step s, int inner, int reps)
 
 /* A prefill step timed after ~1 s of the same steps. The board's power cap sets the SM clock of
  * a prefill (1545-1650 MHz against 1980 in the profiles), and the clock lags the load by a few
- * hundred ms: in the 64-sequence engine the step came right after filling 72 GB of KV, and the
+ * hundred ms: in the 64-sequence engine the step came right after filling its KV (tens of GB), and the
  * profile caught it at 1410-1545 MHz (mean 1491) against 1545-1560 in the 1-sequence engine, about
  * 1.5 ms of the difference between the two. Settling first times both in the state a stream of
  * prefills runs in. */
@@ -486,6 +487,9 @@ static double time_prefill(engine *eng, eng_step s)
  * LM head; bf16), and K+V bytes per context token over all layers. */
 #define WBYTES_7B (2.0 * (32.0 * (4096.0 * 12288 + 4096.0 * 4096 + 4096.0 * 22016 + 11008.0 * 4096) + 32000.0 * 4096))
 #define KV_TOK_7B (2.0 * 32 * 32 * 128 * 2)
+/* Blocks a decode sequence owns: its 1024 cached tokens and the step's own, in 16-token blocks
+ * (whole_steps' 64 of them take 35 GB, so that the engine fits an 80 GB H100 too). */
+#define DECODE_OWN (1040 / 16)
 
 static int open_7b_swap(engine *eng, int max_tokens, int max_seqs, int num_blocks, bool graphs, int host_blocks)
 {
@@ -553,22 +557,22 @@ static const char *decode_path(int B) { return B == 1 ? "persistent" : B <= 2 ? 
 
 static void whole_steps(void)
 {
-    const int bs = 16, S = 2112 / 16;
+    const int bs = 16, S = 2112 / 16, D = DECODE_OWN;
     const double wbytes = WBYTES_7B, kv_tok = KV_TOK_7B;
     engine eng;
-    /* 64 decode sequences of S blocks, then a 2048-token prefill sequence. */
-    if (open_7b(&eng, 2048, 64, 65 * S, true)) exit(1);
+    /* 64 decode sequences of D blocks, then a 2048-token prefill sequence of S. */
+    if (open_7b(&eng, 2048, 64, 64 * D + S, true)) exit(1);
     step_buf sb = {0};
-    fill_kv(&eng, &sb, 64, 2, S, bs);
+    fill_kv(&eng, &sb, 64, 2, S, D, bs);
     char shape[96];
-    eng_step s = make_step(&sb, 1, 0, 2048, S, bs, 64 * S);
+    eng_step s = make_step(&sb, 1, 0, 2048, S, S, bs, 64 * D);
     double t = time_prefill(&eng, s);
     double flops = 2.0 * 2048 * (wbytes / 2 - 32000.0 * 4096) + 4.0 * 128 * 32 * 32 * (2048.0 * 2049 / 2);
     row("STEP prefill 2048 (1 seq)", "llama-2-7b synthetic, T=2048", t, flops, "TFLOP/s", gemm_rate,
         flops / gemm_rate);
     int ctxs[2] = {128, 1024};
     for (int k = 0; k < 2; k++) {
-        s = make_step(&sb, 1, ctxs[k], 1, S, bs, 0);
+        s = make_step(&sb, 1, ctxs[k], 1, S, D, bs, 0);
         t = time_step(&eng, s, 20, 9);
         double bytes = wbytes + kv_tok * (ctxs[k] + 1);
         snprintf(shape, sizeof shape, "B=1 ctx=%d graphs, %s", ctxs[k], decode_path(1));
@@ -577,7 +581,7 @@ static void whole_steps(void)
     static const int batches[] = {2, 4, 8, 12, 16, 24, 32, 64};
     for (size_t k = 0; k < sizeof batches / sizeof *batches; k++) {
         const int B = batches[k];
-        s = make_step(&sb, B, 1024, 1, S, bs, 0);
+        s = make_step(&sb, B, 1024, 1, S, D, bs, 0);
         t = time_step(&eng, s, B >= 32 ? 5 : 10, 9);
         double bytes = wbytes + B * kv_tok * 1025;
         char name[32];
@@ -590,8 +594,8 @@ static void whole_steps(void)
     /* The batch-1 decode step in an engine for one sequence (small KV), with and without graphs. */
     for (int graphs = 1; graphs >= 0; graphs--) {
         if (open_7b(&eng, 1024, 1, S, graphs)) exit(1);
-        fill_kv(&eng, &sb, 1, 1, S, bs);
-        s = make_step(&sb, 1, 1024, 1, S, bs, 0);
+        fill_kv(&eng, &sb, 1, 1, S, S, bs);
+        s = make_step(&sb, 1, 1024, 1, S, S, bs, 0);
         t = time_step(&eng, s, 20, 9);
         snprintf(shape, sizeof shape, "B=1 ctx=1024 1-seq engine, %s, %s", graphs ? "graphs" : "no graphs",
                  decode_path(1));
@@ -599,9 +603,9 @@ static void whole_steps(void)
         row("STEP decode batch 1", shape, t, bytes, "GB/s", copy_bw, bytes / copy_bw);
         engine_close(&eng);
     }
-    /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 72). */
+    /* The prefill step in an engine sized for one sequence (1 GB of KV instead of 35). */
     if (open_7b(&eng, 2048, 1, S, false)) exit(1);
-    s = make_step(&sb, 1, 0, 2048, S, bs, 0);
+    s = make_step(&sb, 1, 0, 2048, S, S, bs, 0);
     t = time_prefill(&eng, s);
     row("STEP prefill 2048 (1 seq)", "T=2048, 1-seq engine", t, flops, "TFLOP/s", gemm_rate, flops / gemm_rate);
     engine_close(&eng);
@@ -816,21 +820,21 @@ static int profile(void)
 {
     if (prof_init()) return 1;
     prof_clocks("at start");
-    const int bs = 16, S = 2112 / 16;
+    const int bs = 16, S = 2112 / 16, D = DECODE_OWN;
     engine eng;
     step_buf sb = {0};
     if (open_7b(&eng, 2048, 1, S, false)) return 1;
-    profile_region(&eng, make_step(&sb, 1, 0, 2048, S, bs, 0), 2, 3, "prefill 2048 (1 seq)", true);
+    profile_region(&eng, make_step(&sb, 1, 0, 2048, S, S, bs, 0), 2, 3, "prefill 2048 (1 seq)", true);
     engine_close(&eng);
     /* The same step in the 64-sequence engine of whole_steps, after filling its KV as there. */
-    if (open_7b(&eng, 2048, 64, 65 * S, true)) return 1;
-    fill_kv(&eng, &sb, 64, 2, S, bs);
-    profile_region(&eng, make_step(&sb, 1, 0, 2048, S, bs, 64 * S), 2, 3,
-                   "prefill 2048 (64-seq engine, 72 GB of KV)", true);
+    if (open_7b(&eng, 2048, 64, 64 * D + S, true)) return 1;
+    fill_kv(&eng, &sb, 64, 2, S, D, bs);
+    profile_region(&eng, make_step(&sb, 1, 0, 2048, S, S, bs, 64 * D), 2, 3,
+                   "prefill 2048 (64-seq engine, 35 GB of KV)", true);
     /* Decode steps of 1 (the persistent kernel) and 4 sequences (five fused kernels a layer). */
-    profile_region(&eng, make_step(&sb, 1, 1024, 1, S, bs, 0), 20, 20, "decode B=1 ctx=1024 (graphs, persistent)",
+    profile_region(&eng, make_step(&sb, 1, 1024, 1, S, D, bs, 0), 20, 20, "decode B=1 ctx=1024 (graphs, persistent)",
                    false);
-    profile_region(&eng, make_step(&sb, 4, 1024, 1, S, bs, 0), 20, 20, "decode B=4 ctx=1024 (graphs, fused)", false);
+    profile_region(&eng, make_step(&sb, 4, 1024, 1, S, D, bs, 0), 20, 20, "decode B=4 ctx=1024 (graphs, fused)", false);
     engine_close(&eng);
     free(sb.tok), free(sb.pos), free(sb.slot), free(sb.bt);
     prof_shutdown();
