@@ -2,7 +2,7 @@
 # experiments/fidelity.sh: how close is the simulator to the engine it models?
 #
 # Question: replay the same traces with the same policy on the real engine (`tandem run`, CUDA,
-# H200) and in the simulator (`tandem sim`) with the roofline and with a profile of that engine
+# H200 or H100) and in the simulator (`tandem sim`) with the roofline and with a profile of that engine
 # (`tandem profile`); how far apart are throughput, TTFT, TPOT and E2E, and per step?
 #
 # Workloads (each on Llama-2-7B and Llama-3-8B, synthetic weights, vLLM V1 defaults unless said):
@@ -18,20 +18,25 @@
 #               Azure chat, first 400 requests, --time-scale 0.5, --max-num-seqs 64, under
 #               static batching and under vllm: the continuous-vs-static question, measured
 #
+# A target is a model on a GPU row, MODEL_GPU as profiles are named (llama-3-8b_h200); GPU
+# defaults to h200 below.
+#
 # Phases:
-#   gpu MODEL   on the GPU machine: writes the traces, profiles MODEL's engine into
-#               configs/profiles/MODEL_h200.csv (unless the measured folder has its profile
-#               already: a run split over several leases), runs every workload (or those named
-#               in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run --repeat`,
-#               whose spread report and calibrate carry beside each error), and packs the
-#               measured runs into $OUT/fidelity-MODEL.tar.gz after each (the device tool
-#               brings it back)
-#   report      here: unpacks experiments/results/fidelity/measured-MODEL.tar.gz (the measured
-#               runs, committed), simulates each workload with both cost models, runs `tandem
-#               compare`, and writes experiments/results/fidelity/table.csv and steps.csv
+#   gpu MODEL [GPU]
+#               on the GPU machine (a GPU of that row): writes the traces, profiles MODEL's
+#               engine into configs/profiles/MODEL_GPU.csv (unless the measured folder has its
+#               profile already: a run split over several leases), runs every workload (or those
+#               named in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run
+#               --repeat`, whose spread report and calibrate carry beside each error), and packs
+#               the measured runs into $OUT/fidelity-MODEL_GPU.tar.gz after each (the device
+#               tool brings it back)
+#   report      here: for each target of $TARGETS with committed runs
+#               (experiments/results/fidelity/measured-MODEL_GPU.tar.gz), simulates each
+#               workload with both cost models, runs `tandem compare`, and writes
+#               experiments/results/fidelity/table.csv and steps.csv
 #   plot        the figure, docs/figures/fidelity.{png,svg}, from the committed tables
-#   calibrate [MODEL]
-#               here (default llama-2-7b): does a profile calibrated on measured serving runs
+#   calibrate [MODEL [GPU]]
+#               here (default llama-2-7b on h200): does a profile calibrated on measured serving runs
 #               (`tandem profile --from-runs`) predict a workload it has not seen? For each
 #               workload W, three profiles simulate W: the grid the runs were compared with
 #               (`grid`); the grid plus every other workload's steps (`loo`: leave W out); and
@@ -39,17 +44,19 @@
 #               (`lto`: leave W's trace out; chat, chat16, preempt, preempt-swap, static and
 #               static-vllm all replay Azure chat, so `loo` has seen W's requests served
 #               under another budget). Writes experiments/results/fidelity/calibrate.csv and
-#               calibrate_steps.csv: report's columns, with `profile` for the cost model (MODEL's
-#               rows replaced, other models' kept).
-#   ship MODEL  here: configs/profiles/MODEL_h200.csv, the profile `--cost-model auto` picks: the
-#               grid measured beside MODEL's committed runs, calibrated on every one of them
+#               calibrate_steps.csv: report's columns, with `profile` for the cost model (the
+#               target's rows replaced, other targets' kept).
+#   ship MODEL [GPU]
+#               here: configs/profiles/MODEL_GPU.csv, the profile `--cost-model auto` picks: the
+#               grid measured beside the target's committed runs, calibrated on every one of them
 #               (calibrate's `loo` and `lto` rows say how it predicts a workload it has not seen).
 # `fidelity.sh` alone does report and plot.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 exp_init fidelity
 
-MODELS="llama-2-7b llama-3-8b"
+# The targets report and plot go over, in the figure's order.
+TARGETS="llama-2-7b_h200 llama-3-8b_h200 llama-3-8b_h100-sxm"
 
 # measured DIR: whether DIR holds a measured run, or repeats of one (DIR/1 ..)
 measured() { [ -f "$1/summary.json" ] || [ -f "$1/1/summary.json" ]; }
@@ -80,29 +87,30 @@ traces() {
 }
 
 gpu() {
-    local model=$1 out=${OUT:?OUT: where the packed runs go}
+    local model=$1 gpu=${2:-h200} out=${OUT:?OUT: where the packed runs go}
+    local t=${model}_$gpu
     traces
-    local dir=$RAW/measured-$model
+    local dir=$RAW/measured-$t
     mkdir -p "$dir" configs/profiles
     local t0=$SECONDS
-    if [ -f "$dir/${model}_h200.csv" ]; then
-        cp "$dir/${model}_h200.csv" configs/profiles/
+    if [ -f "$dir/$t.csv" ]; then
+        cp "$dir/$t.csv" configs/profiles/
     else
-        "$BIN" profile --model "synthetic:$model" --backend cuda --gpu h200 --out "configs/profiles/${model}_h200.csv" --quiet
-        cp "configs/profiles/${model}_h200.csv" "$dir/"
-        echo "[$EXP] $model: profile $((SECONDS - t0)) s"
+        "$BIN" profile --model "synthetic:$model" --backend cuda --gpu "$gpu" --out "configs/profiles/$t.csv" --quiet
+        cp "configs/profiles/$t.csv" "$dir/"
+        echo "[$EXP] $t: profile $((SECONDS - t0)) s"
     fi
     # packed after every workload, so that a lease that ends early still brings back what ran
-    tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
+    tar -C "$RAW" -czf "$out/fidelity-$t.tar.gz" "measured-$t"
     while IFS='|' read -r name trace flags; do
         case " ${WORKLOADS:-$name} " in *" $name "*) ;; *) continue ;; esac
         t0=$SECONDS
         # shellcheck disable=SC2086
-        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda --gpu h200 $flags --repeat "${REPEAT:-1}" \
-            --out "$dir/$name" --quiet \
-            || echo "[$EXP] $model $name: FAILED"
-        echo "[$EXP] $model $name: $((SECONDS - t0)) s"
-        tar -C "$RAW" -czf "$out/fidelity-$model.tar.gz" "measured-$model"
+        "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda --gpu "$gpu" $flags \
+            --repeat "${REPEAT:-1}" --out "$dir/$name" --quiet \
+            || echo "[$EXP] $t $name: FAILED"
+        echo "[$EXP] $t $name: $((SECONDS - t0)) s"
+        tar -C "$RAW" -czf "$out/fidelity-$t.tar.gz" "measured-$t"
     done < <(workloads)
 }
 
@@ -111,26 +119,26 @@ gpu() {
 report() {
     traces
     local table=$RES/table.csv steps=$RES/steps.csv
-    echo "model,workload,cost_model,metric,measured,simulated,rel_error,spread" > "$table.tmp"
-    echo "model,workload,cost_model,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
+    echo "model,gpu,workload,cost_model,metric,measured,simulated,rel_error,spread" > "$table.tmp"
+    echo "model,gpu,workload,cost_model,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
         > "$steps.tmp"
-    for model in $MODELS; do
-        local packed=$RES/measured-$model.tar.gz
+    for t in $TARGETS; do
+        local model=${t%%_*} gpu=${t#*_} packed=$RES/measured-$t.tar.gz
         [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; continue; }
         tar -C "$RAW" -xzf "$packed"
-        local dir=$RAW/measured-$model
+        local dir=$RAW/measured-$t
         while IFS='|' read -r name trace flags; do
             measured "$dir/$name" || continue
             # the profile measured beside these runs (the shipped one may be newer)
-            local prof=$dir/${model}_h200.csv
-            [ -f "$prof" ] || prof=configs/profiles/${model}_h200.csv
+            local prof=$dir/$t.csv
+            [ -f "$prof" ] || prof=configs/profiles/$t.csv
             for cm in roofline "profile:$prof"; do
-                local tag=${cm%%:*} sim=$RAW/sim-$model/$name-${cm%%:*} cmp=$RAW/cmp-$model/$name-${cm%%:*}
+                local tag=${cm%%:*} sim=$RAW/sim-$t/$name-${cm%%:*} cmp=$RAW/cmp-$t/$name-${cm%%:*}
                 # shellcheck disable=SC2086
-                "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$sim" --quiet
+                "$BIN" sim --trace "$trace" --model "$model" --gpu "$gpu" $flags --cost-model "$cm" --out "$sim" --quiet
                 "$BIN" compare "$dir/$name" "$sim" --out "$cmp" --no-figures --quiet
-                tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$name,$tag,|" >> "$table.tmp"
-                tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$name,$tag,|" >> "$steps.tmp"
+                tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$gpu,$name,$tag,|" >> "$table.tmp"
+                tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$gpu,$name,$tag,|" >> "$steps.tmp"
             done
         done < <(workloads)
     done
@@ -144,14 +152,15 @@ trace_of() {
     workloads | while IFS='|' read -r name trace flags; do [ "$name" = "$1" ] && echo "$trace"; done
 }
 
-# calibrate [MODEL]: leave-one-out (and leave-trace-out) calibration; see the top of the file.
+# calibrate [MODEL [GPU]]: leave-one-out (and leave-trace-out) calibration; see the top of the file.
 calibrate() {
-    local model=${1:-llama-2-7b}
+    local model=${1:-llama-2-7b} gpu=${2:-h200}
+    local t=${model}_$gpu
     traces
-    local packed=$RES/measured-$model.tar.gz table=$RES/calibrate.csv steps=$RES/calibrate_steps.csv
+    local packed=$RES/measured-$t.tar.gz table=$RES/calibrate.csv steps=$RES/calibrate_steps.csv
     [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
     tar -C "$RAW" -xzf "$packed"
-    local dir=$RAW/measured-$model base=$RAW/measured-$model/${model}_h200.csv prof=$RAW/calib-$model
+    local dir=$RAW/measured-$t base=$RAW/measured-$t/$t.csv prof=$RAW/calib-$t
     mkdir -p "$prof"
     local names=() name trace flags
     while IFS='|' read -r name trace flags; do
@@ -159,12 +168,12 @@ calibrate() {
     done < <(workloads)
     # shellcheck disable=SC2064 # the paths are fixed now
     trap "rm -f '$table.tmp' '$steps.tmp'" EXIT # a failed run leaves the tables as they were
-    echo "model,workload,profile,metric,measured,simulated,rel_error,spread" > "$table.tmp"
-    echo "model,workload,profile,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
+    echo "model,gpu,workload,profile,metric,measured,simulated,rel_error,spread" > "$table.tmp"
+    echo "model,gpu,workload,profile,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
         > "$steps.tmp"
-    # the other models' rows stay (the first field is the model)
-    if [ -f "$table" ]; then tail -n +2 "$table" | { grep -v "^$model," || true; } >> "$table.tmp"; fi
-    if [ -f "$steps" ]; then tail -n +2 "$steps" | { grep -v "^$model," || true; } >> "$steps.tmp"; fi
+    # the other targets' rows stay (the first two fields are the model and the GPU)
+    if [ -f "$table" ]; then tail -n +2 "$table" | { grep -v "^$model,$gpu," || true; } >> "$table.tmp"; fi
+    if [ -f "$steps" ]; then tail -n +2 "$steps" | { grep -v "^$model,$gpu," || true; } >> "$steps.tmp"; fi
     while IFS='|' read -r name trace flags; do
         measured "$dir/$name" || continue
         local loo=() lto=() other
@@ -176,64 +185,68 @@ calibrate() {
         "$BIN" profile --from-runs "$(IFS=,; echo "${loo[*]}")" --base "$base" --out "$prof/$name-loo.csv" --quiet
         "$BIN" profile --from-runs "$(IFS=,; echo "${lto[*]}")" --base "$base" --out "$prof/$name-lto.csv" --quiet
         for tag in grid loo lto; do
-            local cm=profile:$prof/$name-$tag.csv sim=$RAW/calib-sim-$model/$name-$tag cmp=$RAW/calib-cmp-$model/$name-$tag
+            local cm=profile:$prof/$name-$tag.csv sim=$RAW/calib-sim-$t/$name-$tag cmp=$RAW/calib-cmp-$t/$name-$tag
             [ $tag = grid ] && cm=profile:$base
             # shellcheck disable=SC2086
-            "$BIN" sim --trace "$trace" --model "$model" $flags --cost-model "$cm" --out "$sim" --quiet
+            "$BIN" sim --trace "$trace" --model "$model" --gpu "$gpu" $flags --cost-model "$cm" --out "$sim" --quiet
             "$BIN" compare "$dir/$name" "$sim" --out "$cmp" --no-figures --quiet
-            tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$name,$tag,|" >> "$table.tmp"
-            tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$name,$tag,|" >> "$steps.tmp"
+            tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$gpu,$name,$tag,|" >> "$table.tmp"
+            tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$gpu,$name,$tag,|" >> "$steps.tmp"
         done
-        echo "[$EXP] calibrate $model $name"
+        echo "[$EXP] calibrate $t $name"
     done < <(workloads)
     mv "$table.tmp" "$table"
     mv "$steps.tmp" "$steps"
     echo "[$EXP] $table, $steps"
 }
 
-# ship MODEL: the shipped profile, calibrated on every committed run of MODEL.
+# ship MODEL [GPU]: the shipped profile, calibrated on every committed run of the target.
 ship() {
-    local model=$1 packed=$RES/measured-$1.tar.gz
+    local t=${1}_${2:-h200}
+    local packed=$RES/measured-$t.tar.gz
     [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
     tar -C "$RAW" -xzf "$packed"
-    local dir=$RAW/measured-$model runs=() name trace flags
+    local dir=$RAW/measured-$t runs=() name trace flags
     while IFS='|' read -r name trace flags; do
         measured "$dir/$name" && runs+=("$dir/$name")
     done < <(workloads)
-    "$BIN" profile --from-runs "$(IFS=,; echo "${runs[*]}")" --base "$dir/${model}_h200.csv" \
-        --out "configs/profiles/${model}_h200.csv"
+    "$BIN" profile --from-runs "$(IFS=,; echo "${runs[*]}")" --base "$dir/$t.csv" --out "configs/profiles/$t.csv"
 }
 
-# plot: figure.dat (one block per model: a row per workload, the errors in percent) from the
+# plot: figure.dat (one block per target: a row per workload, the errors in percent) from the
 # two tables, then docs/figures/fidelity.{png,svg}.
 plot() {
-    local dat=$RES/figure.dat
+    local dat=$RES/figure.dat titles=""
     : > "$dat.tmp"
     local m metrics=output_throughput,mean_ttft_ms,median_tpot_ms,median_e2el_ms keep=workload
     for m in ${metrics//,/ } step; do keep=$keep,roofline_$m,profile_$m; done
-    for model in $MODELS; do
+    for t in $TARGETS; do
+        local model=${t%%_*} gpu=${t#*_}
+        grep -q "^$model,$gpu," "$RES/table.csv" || continue
+        # "Llama-3-8B/H100": the block's title
+        titles="$titles $(echo "$model" | sed 's/llama/Llama/; s/b$/B/')/$(echo "${gpu%%-*}" | tr a-z A-Z)"
         # long: workload, roofline_METRIC or profile_METRIC (or _step: the per-step median
         # absolute error of all steps), error in percent; then a row per workload (in
         # table.csv's order), space-separated
         { "$BIN" reduce select 'key={cost_model}_{metric}' 'pct={rel_error*100}' --keep workload,key,pct \
-              --where "model=$model&metric=${metrics//,/|}" "$RES/table.csv"
+              --where "model=$model&gpu=$gpu&metric=${metrics//,/|}" "$RES/table.csv"
           "$BIN" reduce select 'key={cost_model}_step' 'pct={median_abs_rel_error*100}' --keep workload,key,pct \
-              --where "model=$model&class=all" "$RES/steps.csv" | tail -n +2
+              --where "model=$model&gpu=$gpu&class=all" "$RES/steps.csv" | tail -n +2
         } | "$BIN" reduce pivot /dev/stdin workload key pct | "$BIN" reduce select --keep "$keep" /dev/stdin |
             tail -n +2 | tr , ' ' >> "$dat.tmp"
         printf '\n\n' >> "$dat.tmp"
     done
     mv "$dat.tmp" "$dat"
-    gnuplot -e "DAT='$dat'; OUT='$FIG/fidelity'" "$PLOTS/fidelity.gp"
+    gnuplot -e "DAT='$dat'; OUT='$FIG/fidelity'; TITLES='${titles# }'" "$PLOTS/fidelity.gp"
     echo "[$EXP] $FIG/fidelity.png"
 }
 
 case ${1:-all} in
-gpu) gpu "${2:?gpu MODEL}" ;;
+gpu) gpu "${2:?gpu MODEL [GPU]}" "${3:-h200}" ;;
 report) report ;;
 plot) plot ;;
-calibrate) calibrate "${2:-llama-2-7b}" ;;
-ship) ship "${2:?ship MODEL}" ;;
+calibrate) calibrate "${2:-llama-2-7b}" "${3:-h200}" ;;
+ship) ship "${2:?ship MODEL [GPU]}" "${3:-h200}" ;;
 all) report && plot ;;
-*) echo "usage: $0 gpu MODEL | report | plot | calibrate [MODEL] | ship MODEL | all" >&2; exit 2 ;;
+*) echo "usage: $0 gpu MODEL [GPU] | report | plot | calibrate [MODEL [GPU]] | ship MODEL [GPU] | all" >&2; exit 2 ;;
 esac
