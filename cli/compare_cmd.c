@@ -431,7 +431,7 @@ static int write_tables(const char *dir, json_t *j, terr *e)
         csv_num(m.f, json_object_get(v, "measured"));
         csv_num(m.f, json_object_get(v, "simulated"));
         csv_num(m.f, json_object_get(v, "rel_error"));
-        csv_num(m.f, json_object_get(v, "spread"));
+        csv_num(m.f, json_object_get(json_object_get(v, "spread"), "rel")); /* empty with one run */
         fputc('\n', m.f);
     }
     if (out_close(&m, true, e)) return -1;

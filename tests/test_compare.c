@@ -360,6 +360,20 @@ START_TEST(repeats_give_a_spread)
                   json_number_value(json_object_get(spread, "max")), per_run[0], per_run[1]);
     ck_assert_msg(fabs(json_number_value(json_object_get(spread, "rel")) - (hi - lo) / mean) <= 1e-9,
                   "rel spread %g, want %g", json_number_value(json_object_get(spread, "rel")), (hi - lo) / mean);
+    /* metrics.csv, what experiments gather, carries the same relative spread */
+    char path[4500], line[512];
+    snprintf(path, sizeof path, "%s/metrics.csv", out);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "no %s", path);
+    double csv_spread = NAN;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "output_throughput,", 18)) continue;
+        const char *last = strrchr(line, ',');
+        csv_spread = strtod(last + 1, NULL);
+    }
+    fclose(f);
+    ck_assert_msg(fabs(csv_spread - (hi - lo) / mean) <= 1e-9, "metrics.csv spread %g, want %g", csv_spread,
+                  (hi - lo) / mean);
     json_decref(cmp);
     free(out);
 }
