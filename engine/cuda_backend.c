@@ -358,7 +358,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     int32_t cap = (int32_t)min_i64(o->max_seqs, o->max_tokens);
     m->graph_sizes = xcalloc((size_t)cap, sizeof *m->graph_sizes);
     for (int32_t b = 1; b <= cap; b++) {
-        int32_t g = b <= 2 ? b : b <= 4 ? 4 : (int32_t)min_i64(cap, (b + 7) / 8 * 8);
+        int32_t g = k_decode_graph_rows(b, cap);
         if (m->num_graph_sizes == 0 || m->graph_sizes[m->num_graph_sizes - 1] != g)
             m->graph_sizes[m->num_graph_sizes++] = g;
     }

@@ -39,6 +39,7 @@ typedef struct gpu_spec {
     const char *name;
     const char *description;      /* e.g. "NVIDIA H200 SXM 141 GB" */
     int64_t mem_bytes;            /* device memory as the driver reports it */
+    int32_t num_sms;              /* streaming multiprocessors (the engine's decode partition) */
     double mem_bw_bytes_s;        /* achievable device-memory bandwidth (read + write) */
     double bf16_flops;            /* achievable dense bf16 tensor-core rate */
     double host_link_bytes_s;     /* host <-> device copy bandwidth (swap) */

@@ -10,26 +10,26 @@
 #include <xxhash.h>
 
 #include "core/util.h"
+#include "kernels/decode_layout.h"
 
 /* The linear terms after G's knots, in this order. */
 enum {
-    F_DECODE_KEYS, F_DECODE_SEQS, F_DECODE_GRID, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING, F_DECODE_ONLY, F_MIXED,
-    NUM_LINEAR
+    F_DECODE_KEYS, F_DECODE_SEQS, F_DECODE_GRID, F_DECODE_PARTITION, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING,
+    F_DECODE_ONLY, F_MIXED, NUM_LINEAR
 };
 _Static_assert(PROFILE_MIN_POINTS == NUM_LINEAR + 2, "the fewest points: the linear terms and two knots");
-static const char *const linear_names[NUM_LINEAR] = {"decode_keys",   "decode_seqs",  "decode_grid",
-                                                     "prefill_pairs2", "prefill_keys", "emitting",
-                                                     "decode_only",   "mixed"};
+static const char *const linear_names[NUM_LINEAR] = {
+    "decode_keys", "decode_seqs", "decode_grid", "decode_partition", "prefill_pairs2",
+    "prefill_keys", "emitting",   "decode_only", "mixed"};
 
-/* The decode attention grid a step launches, in tokens: every decode is given the power-of-two
- * bucket of the longest context (at least 256), as the engine sizes its grid (and its CUDA
- * graphs); blocks past a sequence's end exit at once, but are launched. */
+/* The decode attention grid a step launches, in tokens: every decode is given the bucket of the
+ * longest context, as the engine sizes its grid (and its CUDA graphs); blocks past a sequence's
+ * end exit at once, but are launched. */
 static double decode_grid(const step_shape *s)
 {
-    double bucket = 256;
-    while (bucket < s->max_keys) bucket *= 2;
-    return s->num_decode_seqs * bucket;
+    return (double)s->num_decode_seqs * (double)k_decode_bucket(s->max_keys);
 }
+
 /* Columns of a profile row, by name. */
 static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
                                       "decode_tokens", "prefill_pairs2", "prefill_keys", "decode_keys",
@@ -51,6 +51,7 @@ typedef struct profile_model {
     char path[1024];
     char model[128], gpu[64], device[256], tandem[64];
     int32_t block_size;
+    int32_t num_heads, num_kv_heads, num_sms; /* the run's model and GPU: the decode partition */
     double swap_ms_per_block; /* the engine cannot swap, so the profile cannot measure it: the
                                  GPU row's host link carries all layers' K and V of a block */
     bool forced;
@@ -92,11 +93,28 @@ static void segment(const profile_model *pm, double T, int32_t *j, double *a)
     *a = (T - pm->knot[lo]) / (pm->knot[lo + 1] - pm->knot[lo]);
 }
 
-static void linear_features(const step_shape *s, double *l)
+/* The tokens of the longest context that one decode attention block reads in turn: the
+ * partition the engine picks for the step (a pure-decode step as its CUDA graph: padded rows, the
+ * context bucket), or the whole context when it is shorter. A small batch's attention is a single
+ * wave of blocks, so its time follows the partition, not the keys: Llama-3-8B's two decodes at
+ * context 4097 take 0.6 ms more than at 2049 on an H200, where the bucket doubles the partition,
+ * and 0.2 ms less than at 8192, with twice the keys. */
+static double decode_partition(const profile_model *pm, const step_shape *s)
+{
+    int32_t nd = s->num_decode_seqs;
+    int64_t len = s->max_keys;
+    if (s->num_prefill_seqs == 0) nd = k_decode_graph_rows(nd, INT32_MAX), len = k_decode_bucket(len);
+    int32_t P = k_decode_partition(pm->num_heads, pm->num_kv_heads, nd, (int32_t)min_i64(len, INT32_MAX), pm->num_sms,
+                                   INT64_MAX);
+    return (double)min_i64(P, s->max_keys);
+}
+
+static void linear_features(const profile_model *pm, const step_shape *s, double *l)
 {
     l[F_DECODE_KEYS] = (double)s->decode_keys;
     l[F_DECODE_SEQS] = s->num_decode_seqs;
     l[F_DECODE_GRID] = s->num_decode_seqs ? decode_grid(s) : 0;
+    l[F_DECODE_PARTITION] = s->num_decode_seqs ? decode_partition(pm, s) : 0;
     l[F_PREFILL_PAIRS2] = (double)s->prefill_pairs2;
     l[F_PREFILL_KEYS] = (double)s->prefill_keys;
     l[F_EMITTING] = s->num_emitting;
@@ -113,7 +131,7 @@ static void features(const profile_model *pm, const step_shape *s, double *x)
     segment(pm, tokens_of(s), &j, &a);
     x[j] = 1 - a;
     if (K > 1) x[j + 1] = a;
-    linear_features(s, x + K);
+    linear_features(pm, s, x + K);
 }
 
 /* The prediction: the two hats T touches and the linear terms, no design row. *outside says
@@ -126,7 +144,7 @@ static double predict_ms(const profile_model *pm, const step_shape *s, bool *out
     if (outside) *outside = T < pm->knot[0] || T > pm->knot[K - 1];
     double ms = pm->coef[j] * (1 - a);
     if (K > 1) ms += pm->coef[j + 1] * a;
-    linear_features(s, l);
+    linear_features(pm, s, l);
     for (int32_t i = 0; i < NUM_LINEAR; i++) ms += pm->coef[K + i] * l[i];
     return ms;
 }
@@ -446,9 +464,9 @@ static int fit_text(profile_model *pm, char *text, terr *e)
     return rc;
 }
 
-/* Profiles fitted so far, by their text: a sweep, a cluster's replicas and `search` create the
- * cost model again and again, and a profile calibrated on serving runs has tens of thousands of
- * rows (0.2 s to parse and fit). */
+/* Profiles fitted so far, by their text and the decode partition's inputs: a sweep, a cluster's
+ * replicas and `search` create the cost model again and again, and a profile calibrated on
+ * serving runs has tens of thousands of rows (0.2 s to parse and fit). */
 enum { MEMO_SLOTS = 8 };
 static struct fitted {
     uint64_t hash;
@@ -467,11 +485,17 @@ static void *profile_create(const model_config *mc, const gpu_spec *gpu, const c
     size_t len = strlen(text);
     uint64_t hash = XXH3_64bits(text, len);
     profile_model *pm = xcalloc(1, sizeof *pm);
+    /* the decode partition of the run's model on the run's GPU (a profile of another is refused
+     * unless forced, and then flagged) */
+    int32_t nh = mc->num_heads, nkv = mc->num_kv_heads, sms = gpu->num_sms;
     int slot = 0;
-    while (slot < memo_used && !(memo[slot].hash == hash && memo[slot].len == len)) slot++;
+    while (slot < memo_used && !(memo[slot].hash == hash && memo[slot].len == len && memo[slot].pm.num_heads == nh &&
+                                 memo[slot].pm.num_kv_heads == nkv && memo[slot].pm.num_sms == sms))
+        slot++;
     if (slot < memo_used) {
         *pm = memo[slot].pm;
     } else {
+        pm->num_heads = nh, pm->num_kv_heads = nkv, pm->num_sms = sms;
         snprintf(pm->path, sizeof pm->path, "%s", o.arg);
         char *lines = owned ? owned : xstrdup(text); /* parsing cuts it into lines */
         int rc = fit_text(pm, lines, e);

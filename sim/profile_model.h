@@ -41,8 +41,8 @@ extern const cost_model_ops profile_cost_model;
 /* A profile file's CSV header row, without the newline: the shape columns (core/batch.h's
  * step_shape, as steps.csv writes them), then repeats and the time's statistics in ms. */
 extern const char profile_columns_header[];
-/* Fewer rows than this are refused: the fit has 8 linear terms besides G's knots. */
-#define PROFILE_MIN_POINTS 10
+/* Fewer rows than this are refused: the fit has 9 linear terms besides G's knots. */
+#define PROFILE_MIN_POINTS 11
 /* More rows than this are refused (the fit's time and memory grow with them). */
 #define PROFILE_MAX_POINTS 100000
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/work.h"
+#include "kernels/decode_layout.h"
 #include "sim/costmodel.h"
 #include "sim/kv_capacity.h"
 #include "sim/sim_executor.h"
@@ -303,6 +304,54 @@ START_TEST(test_profile_of_thousands_of_rows_recovers_a_known_law)
 }
 END_TEST
 
+/* A small batch's decode attention is one wave of blocks, each reading one partition of its
+ * context, so its time follows the partition the engine picks (kernels/decode_layout.h) and not
+ * the keys. A law with such a term, on Llama-3-8B (GQA 4:1) on the H200, is recovered between
+ * the rows as well: two decodes at 3,000 (a 4,096 bucket: 128-token partitions) and at 5,000
+ * (8,192: 256). */
+static double partition_law_ms(const step_shape *s)
+{
+    int32_t nd = s->num_decode_seqs;
+    int64_t len = s->max_keys;
+    if (!s->num_prefill_seqs) nd = k_decode_graph_rows(nd, INT32_MAX), len = k_decode_bucket(len);
+    int32_t P = k_decode_partition(32, 8, nd, (int32_t)len, 132, INT64_MAX);
+    return law_ms(s) + 4e-3 * fmin(P, s->max_keys);
+}
+START_TEST(test_profile_prices_the_decode_partition)
+{
+    ck_assert_int_eq(k_decode_partition(32, 8, 2, 4096, 132, INT64_MAX), 128);
+    ck_assert_int_eq(k_decode_partition(32, 8, 2, 8192, 132, INT64_MAX), 256);
+    char *dir = make_temp_dir("partprof"), path[4200];
+    snprintf(path, sizeof path, "%s/part.csv", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f, "cannot write %s", path);
+    fputs("# model: llama-3-8b\n# gpu: h200\n# block_size: 16\n", f);
+    fputs(strstr(PROFILE_HEAD, "kind,"), f); /* the column row */
+    static const int32_t seqs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128};
+    for (size_t i = 0; i < ARRAY_LEN(seqs); i++)
+        for (int32_t ctx = 100; ctx < 8192; ctx = ctx * 3 / 2) {
+            step_shape s = decode_shape(seqs[i], ctx);
+            profile_row(f, &s, 1, partition_law_ms(&s));
+        }
+    fclose(f);
+    model_config mc = load("llama-3-8b");
+    cost_model_opts o = cost_model_opts_default();
+    o.arg = path;
+    terr e = {{0}};
+    void *m = profile_cost_model.create(&mc, gpu("h200"), &o, &e);
+    ck_assert_msg(m, "%s", e.msg);
+    const int32_t probe[][2] = {{2, 3000}, {2, 5000}, {6, 1000}, {24, 6000}, {128, 2500}}; /* counts of rows */
+    for (size_t i = 0; i < ARRAY_LEN(probe); i++) {
+        step_shape s = decode_shape(probe[i][0], probe[i][1]);
+        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = partition_law_ms(&s);
+        ck_assert_msg(fabs(got / want - 1) < 1e-4, "%d decodes at %d: %.6f ms, the law says %.6f", probe[i][0],
+                      probe[i][1], got, want);
+    }
+    profile_cost_model.destroy(m);
+    rm_tree(dir);
+}
+END_TEST
+
 /* Two rows of one shape that disagree (10 ms once, 20 ms in `repeats` steps): the fit weights
  * a row by 1/t^2 times its repeats, so the prediction is the weighted mean
  * (10/100 + r 20/400) / (1/100 + r/400): 12 ms when r = 1, 19.61 ms when r = 99. */
@@ -431,6 +480,8 @@ START_TEST(test_gpu_table)
     ck_assert_msg(h200->mem_bytes == 143771LL << 20, "h200 mem %lld", (long long)h200->mem_bytes);
     ck_assert_msg(h100->mem_bytes == 81559LL << 20, "h100 mem %lld", (long long)h100->mem_bytes);
     ck_assert_msg(a100->mem_bytes == 81920LL << 20, "a100 mem %lld", (long long)a100->mem_bytes);
+    ck_assert_msg(h200->num_sms == 132 && h100->num_sms == 132 && a100->num_sms == 108, "SMs %d, %d, %d",
+                  h200->num_sms, h100->num_sms, a100->num_sms);
     ck_assert_msg(h200->mem_bw_bytes_s == 4.28e12 && h200->bf16_flops == 780e12 &&
                       h200->weight_stream_bytes_s == 3.46e12,
                   "h200 rates are not the measured ones");
@@ -963,6 +1014,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_shipped_profile_is_auto_and_prices_swaps_and_padding);
     tcase_add_test(tc, test_profile_of_thousands_of_rows_recovers_a_known_law);
     tcase_add_test(tc, test_profile_row_counts_as_its_repeats);
+    tcase_add_test(tc, test_profile_prices_the_decode_partition);
     tcase_add_test(tc, test_profile_fits_are_reused_by_text_not_by_name);
     suite_add_tcase(s, tc);
     return s;

@@ -523,7 +523,7 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
         {bad, NULL, want_bad},
         {baddur, NULL, want_dur},
         {dir, NULL, want_nodir},
-        {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 10"},
+        {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 11"},
         {a, bad_base, want_base},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
