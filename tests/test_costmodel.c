@@ -264,15 +264,28 @@ static void profile_row(FILE *f, const step_shape *s, int repeats, double ms)
             s->max_keys, repeats, ms, ms, ms, ms, ms);
 }
 
-static void *open_profile(const char *path)
+/* The profile at path as the cost model of `model` on the H200. */
+static void *open_profile_of(const char *path, const char *model)
 {
-    model_config mc = load("llama-2-7b");
+    model_config mc = load(model);
     cost_model_opts o = cost_model_opts_default();
     o.arg = path;
     terr e = {{0}};
     void *m = profile_cost_model.create(&mc, gpu("h200"), &o, &e);
     ck_assert_msg(m, "%s", e.msg);
     return m;
+}
+static void *open_profile(const char *path) { return open_profile_of(path, "llama-2-7b"); }
+
+/* Checks that m predicts each probe (decodes, context) as law does, to 1e-4. */
+static void expect_law(void *m, const int32_t (*probe)[2], size_t n, double (*law)(const step_shape *))
+{
+    for (size_t i = 0; i < n; i++) {
+        step_shape s = decode_shape(probe[i][0], probe[i][1]);
+        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = law(&s);
+        ck_assert_msg(fabs(got / want - 1) < 1e-4, "%d decodes at %d: %.6f ms, the law says %.6f", probe[i][0],
+                      probe[i][1], got, want);
+    }
 }
 
 /* A profile of serving steps has thousands of rows and nearly every token count: the fit
@@ -293,12 +306,7 @@ START_TEST(test_profile_of_thousands_of_rows_recovers_a_known_law)
     fclose(f);
     void *m = open_profile(path);
     const int32_t probe[][2] = {{1, 200}, {7, 3000}, {333, 1000}, {555, 2222}, {777, 300}, {999, 129}, {1000, 4000}};
-    for (size_t i = 0; i < ARRAY_LEN(probe); i++) {
-        step_shape s = decode_shape(probe[i][0], probe[i][1]);
-        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = law_ms(&s);
-        ck_assert_msg(fabs(got / want - 1) < 1e-4, "%d decodes at %d: %.6f ms, the law says %.6f", probe[i][0],
-                      probe[i][1], got, want);
-    }
+    expect_law(m, probe, ARRAY_LEN(probe), law_ms);
     profile_cost_model.destroy(m);
     rm_tree(dir);
 }
@@ -334,19 +342,9 @@ START_TEST(test_profile_prices_the_decode_partition)
             profile_row(f, &s, 1, partition_law_ms(&s));
         }
     fclose(f);
-    model_config mc = load("llama-3-8b");
-    cost_model_opts o = cost_model_opts_default();
-    o.arg = path;
-    terr e = {{0}};
-    void *m = profile_cost_model.create(&mc, gpu("h200"), &o, &e);
-    ck_assert_msg(m, "%s", e.msg);
+    void *m = open_profile_of(path, "llama-3-8b");
     const int32_t probe[][2] = {{2, 3000}, {2, 5000}, {6, 1000}, {24, 6000}, {128, 2500}}; /* counts of rows */
-    for (size_t i = 0; i < ARRAY_LEN(probe); i++) {
-        step_shape s = decode_shape(probe[i][0], probe[i][1]);
-        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = partition_law_ms(&s);
-        ck_assert_msg(fabs(got / want - 1) < 1e-4, "%d decodes at %d: %.6f ms, the law says %.6f", probe[i][0],
-                      probe[i][1], got, want);
-    }
+    expect_law(m, probe, ARRAY_LEN(probe), partition_law_ms);
     profile_cost_model.destroy(m);
     rm_tree(dir);
 }
