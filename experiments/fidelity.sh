@@ -25,11 +25,12 @@
 #   gpu MODEL [GPU]
 #               on the GPU machine (a GPU of that row): writes the traces, profiles MODEL's
 #               engine into configs/profiles/MODEL_GPU.csv (unless the measured folder has its
-#               profile already: a run split over several leases), runs every workload (or those
-#               named in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run
-#               --repeat`, whose spread report and calibrate carry beside each error), and packs
-#               the measured runs into $OUT/fidelity-MODEL_GPU.tar.gz after each (the device
-#               tool brings it back)
+#               profile already), runs every workload not measured yet (or, again, those named
+#               in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run --repeat`,
+#               whose spread report and calibrate carry beside each error), and packs the
+#               measured runs into $OUT/fidelity-MODEL_GPU.tar.gz after each (the device tool
+#               brings it back). A run split over several leases: unpack the last tarball (or
+#               the committed one) into $RAW_ROOT/fidelity and give the same command again.
 #   report      here: for each target of $TARGETS with committed runs
 #               (experiments/results/fidelity/measured-MODEL_GPU.tar.gz), simulates each
 #               workload with both cost models, runs `tandem compare`, and writes
@@ -104,6 +105,10 @@ gpu() {
     tar -C "$RAW" -czf "$out/fidelity-$t.tar.gz" "measured-$t"
     while IFS='|' read -r name trace flags; do
         case " ${WORKLOADS:-$name} " in *" $name "*) ;; *) continue ;; esac
+        if [ -z "${WORKLOADS:-}" ] && measured "$dir/$name"; then
+            echo "[$EXP] $t $name: measured already"
+            continue
+        fi
         t0=$SECONDS
         # shellcheck disable=SC2086
         "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda --gpu "$gpu" $flags \
