@@ -24,8 +24,7 @@
 # Phases:
 #   gpu MODEL [GPU]
 #               on the GPU machine (a GPU of that row): writes the traces, profiles MODEL's
-#               engine into configs/profiles/MODEL_GPU.csv (unless the measured folder has its
-#               profile already), runs every workload not measured yet (or, again, those named
+#               engine into the measured folder (unless it has its profile already), runs every workload not measured yet (or, again, those named
 #               in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run --repeat`,
 #               whose spread report and calibrate carry beside each error), and packs the
 #               measured runs into $OUT/fidelity-MODEL_GPU.tar.gz after each (the device tool
@@ -92,13 +91,10 @@ gpu() {
     local t=${model}_$gpu
     traces
     local dir=$RAW/measured-$t
-    mkdir -p "$dir" configs/profiles
+    mkdir -p "$dir"
     local t0=$SECONDS
-    if [ -f "$dir/$t.csv" ]; then
-        cp "$dir/$t.csv" configs/profiles/
-    else
-        "$BIN" profile --model "synthetic:$model" --backend cuda --gpu "$gpu" --out "configs/profiles/$t.csv" --quiet
-        cp "configs/profiles/$t.csv" "$dir/"
+    if [ ! -f "$dir/$t.csv" ]; then # the shipped one is `ship`'s to write, here
+        "$BIN" profile --model "synthetic:$model" --backend cuda --gpu "$gpu" --out "$dir/$t.csv" --quiet
         echo "[$EXP] $t: profile $((SECONDS - t0)) s"
     fi
     # packed after every workload, so that a lease that ends early still brings back what ran
