@@ -38,8 +38,8 @@
  * that serving will pick are loaded before the first request.
  *
  * Decode attention splits each context into partitions of 64..256 tokens, the largest that still
- * gives the GPU three blocks an SM (kernels.h k_decode_partition): on an H200, Llama-2-7B's
- * single sequence of 2048 tokens uses 128, and 8 of them 256.
+ * gives the GPU three blocks an SM (kernels/decode_layout.h k_decode_partition): on an H200,
+ * Llama-2-7B's single sequence of 2048 tokens uses 128, and 8 of them 256.
  */
 #include "engine/engine.h"
 

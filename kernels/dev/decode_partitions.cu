@@ -1,8 +1,11 @@
 // decode_partitions.cu: the decode attention kernel (kernels/attention.cu, compiled in here as the
 // product builds it) at every partition size it accepts, against the engine's rule for picking
-// one (kernels.h k_decode_partition, which engine/cuda_backend.c calls). The question: which
-// partition is fastest for a batch of B sequences at context L, MHA and GQA 4:1 (Llama-2-7B's
-// and Llama-3-8B's heads), and how far the rule's pick is from it.
+// one (kernels/decode_layout.h k_decode_partition, which engine/cuda_backend.c calls). The
+// question: which partition is fastest for a batch of B sequences at context L, MHA and GQA 4:1
+// (Llama-2-7B's and Llama-3-8B's heads), and how far the rule's pick is from it: applied to the
+// context (as an eager step does), and as a CUDA graph applies it, to the graph's rows and the
+// context's power-of-two bucket, whose grid covers the whole bucket (contexts just past a power
+// of two, as here, are its worst case: half the grid's blocks exit at once).
 // A lab tool: `make dev-kernels`, then on the GPU machine
 //
 //   build/dev/decode_partitions
@@ -168,8 +171,8 @@ int main(void)
 
     const double copy_gbs = lab_copy_gbs(st);
     printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written)\n\n", copy_gbs);
-    printf("| heads | B   | context | P=32 ms (%% of copy) | P=64            | P=128           | P=256           | rule | best | rule / best |\n");
-    printf("|-------|-----|---------|-----------------|-----------------|-----------------|-----------------|------|------|-------------|\n");
+    printf("| heads | B   | context | P=32 ms (%% of copy) | P=64            | P=128           | P=256           | rule | best | rule / best | graph P | graph ms | graph / best |\n");
+    printf("|-------|-----|---------|-----------------|-----------------|-----------------|-----------------|------|------|-------------|---------|----------|--------------|\n");
     static const int nkvs[] = {32, 8}, batches[] = {1, 2, 4, 8, 16, 32, 64, 128}, ctxs[] = {512, 2048, 8192};
     for (int h = 0; h < 2; h++)
         for (int c = 0; c < 3; c++)
@@ -190,7 +193,14 @@ int main(void)
                 }
                 int ri = 0;
                 for (int P = 32; P < rule; P *= 2) ri++;
-                printf(" %4d | %4d | %.2f |\n", rule, best_p, t[ri] / best);
+                printf(" %4d | %4d | %.2f |", rule, best_p, t[ri] / best);
+                // as a CUDA graph runs it: the rule applied to the graph's rows and the context's
+                // bucket (a power of two), a grid over the whole bucket whose blocks past the end exit
+                int64_t bucket = k_decode_bucket(len);
+                s.P = k_decode_partition(NH, nkvs[h], k_decode_graph_rows(B, INT32_MAX), (int32_t)bucket, sms, INT64_MAX);
+                s.max_parts = (int)(bucket / s.P);
+                double tg = time_ms(do_decode, &s, st);
+                printf(" %7d | %8.4f | %.2f |\n", s.P, tg, tg / best);
                 shape_close(&s);
             }
     printf("\ndecode_partitions: %s\n", failures ? "CHECKS FAILED" : "all checks passed");
