@@ -4,8 +4,8 @@
 // question: which partition is fastest for a batch of B sequences at context L, MHA and GQA 4:1
 // (Llama-2-7B's and Llama-3-8B's heads), and how far the rule's pick is from it: applied to the
 // context (as an eager step does), and as a CUDA graph applies it, to the graph's rows and the
-// context's power-of-two bucket, whose grid covers the whole bucket (contexts just past a power
-// of two, as here, are its worst case: half the grid's blocks exit at once).
+// context's power-of-two bucket, whose grid covers the whole bucket (a context just past a power
+// of two is its worst case: half the grid's blocks exit at once; one at a power of two its best).
 // A lab tool: `make dev-kernels`, then on the GPU machine
 //
 //   build/dev/decode_partitions
@@ -173,11 +173,13 @@ int main(void)
     printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written)\n\n", copy_gbs);
     printf("| heads | B   | context | P=32 ms (%% of copy) | P=64            | P=128           | P=256           | rule | best | rule / best | graph P | graph ms | graph / best |\n");
     printf("|-------|-----|---------|-----------------|-----------------|-----------------|-----------------|------|------|-------------|---------|----------|--------------|\n");
-    static const int nkvs[] = {32, 8}, batches[] = {1, 2, 4, 8, 16, 32, 64, 128}, ctxs[] = {512, 2048, 8192};
+    // each bucket's two ends: just past a power of two, where a graph's grid is half idle, and at one
+    static const int nkvs[] = {32, 8}, batches[] = {1, 2, 4, 8, 16, 32, 64, 128};
+    static const int ctxs[] = {513, 1024, 2049, 4096, 8193};
     for (int h = 0; h < 2; h++)
-        for (int c = 0; c < 3; c++)
+        for (int c = 0; c < 5; c++)
             for (int bi = 0; bi < 8; bi++) {
-                int B = batches[bi], len = ctxs[c] + 1, lens[128];
+                int B = batches[bi], len = ctxs[c], lens[128];
                 if ((int64_t)B * len > 256 * 2049) continue; // beyond what a serving batch holds
                 for (int b = 0; b < B; b++) lens[b] = len;
                 shape s;
