@@ -172,7 +172,7 @@ static int64_t pow2_at_least(int64_t x)
 }
 
 /* Decode attention partition size for nd sequences whose longest context is `len`
- * (kernels.h's rule), and the partitions of that context. */
+ * (kernels/decode_layout.h's rule), and the partitions of that context. */
 static int32_t pick_partition(const cuda_model *m, int32_t nd, int32_t len, int32_t *parts)
 {
     int32_t P = k_decode_partition(m->mc.num_heads, m->mc.num_kv_heads, nd, len, m->num_sms, m->part_cap);
