@@ -29,7 +29,9 @@
 #               whose spread report and calibrate carry beside each error), and packs the
 #               measured runs into $OUT/fidelity-MODEL_GPU.tar.gz after each (the device tool
 #               brings it back). A run split over several leases: unpack the last tarball (or
-#               the committed one) into $RAW_ROOT/fidelity and give the same command again.
+#               the committed one) into $RAW_ROOT/fidelity and give the same command again;
+#               STOP_AFTER_S=N starts no workload once N seconds have gone (under a time limit,
+#               so that none is cut off halfway, its time lost).
 #   report      here: for each target of $TARGETS with committed runs
 #               (experiments/results/fidelity/measured-MODEL_GPU.tar.gz), simulates each
 #               workload with both cost models, runs `tandem compare`, and writes
@@ -104,6 +106,10 @@ gpu() {
         if [ -z "${WORKLOADS:-}" ] && measured "$dir/$name"; then
             echo "[$EXP] $t $name: measured already"
             continue
+        fi
+        if [ -n "${STOP_AFTER_S:-}" ] && [ "$SECONDS" -ge "$STOP_AFTER_S" ]; then
+            echo "[$EXP] $t: ${SECONDS} s gone, STOP_AFTER_S=$STOP_AFTER_S: $name and the rest wait for the next call"
+            break
         fi
         t0=$SECONDS
         # shellcheck disable=SC2086
