@@ -22,14 +22,6 @@ static const char *const linear_names[NUM_LINEAR] = {
     "decode_keys", "decode_seqs", "decode_grid", "decode_partition", "prefill_pairs2",
     "prefill_keys", "emitting",   "decode_only", "mixed"};
 
-/* The decode attention grid a step launches, in tokens: every decode is given the bucket of the
- * longest context, as the engine sizes its grid (and its CUDA graphs); blocks past a sequence's
- * end exit at once, but are launched. */
-static double decode_grid(const step_shape *s)
-{
-    return (double)s->num_decode_seqs * (double)k_decode_bucket(s->max_keys);
-}
-
 /* Columns of a profile row, by name. */
 static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
                                       "decode_tokens", "prefill_pairs2", "prefill_keys", "decode_keys",
@@ -99,13 +91,12 @@ static void segment(const profile_model *pm, double T, int32_t *j, double *a)
  * wave of blocks, so its time follows the partition, not the keys: Llama-3-8B's two decodes at
  * context 4097 take 0.6 ms more than at 2049 on an H200, where the bucket doubles the partition,
  * and 0.2 ms less than at 8192, with twice the keys. */
-static double decode_partition(const profile_model *pm, const step_shape *s)
+static double decode_partition(const profile_model *pm, const step_shape *s, int64_t bucket)
 {
-    int32_t nd = s->num_decode_seqs;
-    int64_t len = s->max_keys;
-    if (s->num_prefill_seqs == 0) nd = k_decode_graph_rows(nd, INT32_MAX), len = k_decode_bucket(len);
-    int32_t P = k_decode_partition(pm->num_heads, pm->num_kv_heads, nd, (int32_t)min_i64(len, INT32_MAX), pm->num_sms,
-                                   INT64_MAX);
+    bool graph = s->num_prefill_seqs == 0;
+    int32_t nd = graph ? k_decode_graph_rows(s->num_decode_seqs, INT32_MAX) : s->num_decode_seqs;
+    int32_t len = graph ? (int32_t)min_i64(bucket, INT32_MAX) : s->max_keys;
+    int32_t P = k_decode_partition(pm->num_heads, pm->num_kv_heads, nd, len, pm->num_sms, INT64_MAX);
     return (double)min_i64(P, s->max_keys);
 }
 
@@ -113,8 +104,12 @@ static void linear_features(const profile_model *pm, const step_shape *s, double
 {
     l[F_DECODE_KEYS] = (double)s->decode_keys;
     l[F_DECODE_SEQS] = s->num_decode_seqs;
-    l[F_DECODE_GRID] = s->num_decode_seqs ? decode_grid(s) : 0;
-    l[F_DECODE_PARTITION] = s->num_decode_seqs ? decode_partition(pm, s) : 0;
+    /* the decode attention grid a step launches, in tokens: every decode is given the bucket of
+     * the longest context, as the engine sizes its grid (and its CUDA graphs); blocks past a
+     * sequence's end exit at once, but are launched */
+    int64_t bucket = s->num_decode_seqs ? k_decode_bucket(s->max_keys) : 0;
+    l[F_DECODE_GRID] = (double)s->num_decode_seqs * (double)bucket;
+    l[F_DECODE_PARTITION] = s->num_decode_seqs ? decode_partition(pm, s, bucket) : 0;
     l[F_PREFILL_PAIRS2] = (double)s->prefill_pairs2;
     l[F_PREFILL_KEYS] = (double)s->prefill_keys;
     l[F_EMITTING] = s->num_emitting;
