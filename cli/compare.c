@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/serving.h"
+#include "core/heat.h"
 #include "core/metrics.h"
 #include "traces/csv_reader.h"
 
@@ -206,6 +207,8 @@ static step_class classify(const step_shape *sh)
 typedef struct predictor {
     const cost_model_ops *ops;
     void *self;
+    model_config mc;   /* a step's load, for the GPU's heat */
+    double peak_flops;
 } predictor;
 
 static int predictor_open(predictor *p, const run_results *s, step_errors *res, terr *e)
@@ -237,6 +240,8 @@ static int predictor_open(predictor *p, const run_results *s, step_errors *res, 
     run_results_config_text(s, "force-profile", force, sizeof force);
     co.force = !strcmp(force, "true");
     if (!(p->self = p->ops->create(&su.model, su.gpu, &co, e))) goto done;
+    p->mc = su.model;
+    p->peak_flops = su.gpu->peak_bf16_flops;
     snprintf(res->cost_model, sizeof res->cost_model, "%s", cm);
     snprintf(res->gpu, sizeof res->gpu, "%s", o.gpu);
     snprintf(res->model, sizeof res->model, "%s", o.model);
@@ -247,11 +252,11 @@ done:
 }
 
 enum {
-    S_STEP, S_DURATION, S_PREFILL_SEQS, S_DECODE_SEQS, S_EMITTING, S_PREFILL_TOKENS, S_DECODE_TOKENS, S_PADDING,
+    S_STEP, S_START, S_DURATION, S_PREFILL_SEQS, S_DECODE_SEQS, S_EMITTING, S_PREFILL_TOKENS, S_DECODE_TOKENS, S_PADDING,
     S_PAIRS2, S_PREFILL_KEYS, S_DECODE_KEYS, S_DECODE_KEYS_SQ, S_MAX_KEYS, S_SWAP, NUM_STEP_COLS
 };
 static const char *const step_cols[NUM_STEP_COLS] = {
-    "step", "duration_ms", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
+    "step", "start_s", "duration_ms", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
     "decode_tokens", "padding_tokens", "prefill_pairs2", "prefill_keys", "decode_keys", "decode_keys_sq",
     "max_keys", "swap_blocks"};
 
@@ -369,16 +374,21 @@ int compare_steps(const char *steps_csv, const run_results *simulated, FILE *out
     int64_t total_us[STEP_NUM_CLASSES][2] = {{0}}; /* measured, predicted: exact sums */
     if (out) fprintf(out, "step,class,measured_ms,predicted_ms,rel_error\n");
     int got, rc = -1;
+    heat gpu_heat = {0}; /* the measured GPU's, from the run's timeline, as the serving loop kept it */
     while ((got = csv_reader_next(&rd, e)) == 1) {
         step_shape sh;
         int64_t step;
-        double ms;
-        if (csv_reader_i64(&rd, S_STEP, &step, e) || csv_reader_f64(&rd, S_DURATION, &ms, e) || read_shape(&rd, &sh, e))
+        double ms, start_s;
+        if (csv_reader_i64(&rd, S_STEP, &step, e) || csv_reader_f64(&rd, S_START, &start_s, e) ||
+            csv_reader_f64(&rd, S_DURATION, &ms, e) || read_shape(&rd, &sh, e))
             goto done;
         if (!(ms >= 0 && ms < 1e12)) {
             terr_set(e, "%s:%" PRId64 ": duration_ms %g is not a duration", steps_csv, csv_reader_line(&rd), ms);
             goto done;
         }
+        int64_t start_ns = llround(start_s * 1e9), ns = llround(ms * 1e6);
+        sh.heat = heat_at(&gpu_heat, start_ns);
+        heat_add(&gpu_heat, start_ns, ns, heat_load(&p.mc, &sh, ns, p.peak_flops));
         if (res->kinds.have && add_kinds(&res->kinds, &rd, &p, &sh, e)) goto done;
         /* both on steps.csv's microsecond grid, rounded as core/metrics.c rounds */
         int64_t measured_us = llround(ms * 1e3), predicted_us = llround((double)p.ops->step_ns(p.self, &sh) / 1e3);

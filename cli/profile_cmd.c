@@ -60,6 +60,7 @@
 #include "cli/profile_runs.h"
 #include "cli/serving.h"
 #include "cli/version.h"
+#include "core/heat.h"
 #include "core/kv.h"
 #include "core/stats.h"
 #include "engine/engine_executor.h"
@@ -285,21 +286,35 @@ static void kernel_medians(const kernel_log *l, int64_t repeats, measured *m)
 /* Builds p's batch, runs it warmup + repeats times, and frees its blocks. With the kernel trace
  * on, settles the point's steps at its end (a forced flush, outside every timed step) and takes
  * the timed steps' kernel figures. */
+/* p's batch into b, its requests reqs[0 .. *k - 1] holding their blocks of kv. */
+static int point_build(kv_manager *kv, request *reqs, batch *b, const grid_point *p, int32_t *k, terr *e)
+{
+    batch_clear(b);
+    int rc = 0;
+    *k = 0;
+    for (int32_t i = 0; i < p->n_short && !rc; i++, (*k)++) rc = make_item(kv, &reqs[*k], *k, p->ctx_short, 1, true, b);
+    for (int32_t i = 0; i < p->n_long && !rc; i++, (*k)++) rc = make_item(kv, &reqs[*k], *k, p->ctx_long, 1, true, b);
+    for (int32_t i = 0; i < p->n_prefill && !rc; i++, (*k)++)
+        rc = make_item(kv, &reqs[*k], *k, p->chunk_ctx, p->chunk, false, b);
+    return rc ? terr_set(e, "profile: the KV cache ran out building a %s point (a grid bug)", p->kind) : 0;
+}
+
+static void point_release(executor ex, kv_manager *kv, request *reqs, int32_t k)
+{
+    for (int32_t i = 0; i < k; i++) {
+        if (ex.ops->release) ex.ops->release(ex.self, &reqs[i]);
+        kv_free_request(kv, &reqs[i]);
+    }
+}
+
 static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const grid_point *p, int64_t warmup,
                    int64_t settle_ms, int64_t repeats, step_shape *shape, measured *m, terr *e)
 {
     kernel_log log = {0};
     bool traced = ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self);
-    batch_clear(b);
-    int32_t k = 0;
-    int rc = 0;
-    for (int32_t i = 0; i < p->n_short && !rc; i++, k++) rc = make_item(kv, &reqs[k], k, p->ctx_short, 1, true, b);
-    for (int32_t i = 0; i < p->n_long && !rc; i++, k++) rc = make_item(kv, &reqs[k], k, p->ctx_long, 1, true, b);
-    for (int32_t i = 0; i < p->n_prefill && !rc; i++, k++)
-        rc = make_item(kv, &reqs[k], k, p->chunk_ctx, p->chunk, false, b);
-    if (rc) {
-        rc = terr_set(e, "profile: the KV cache ran out building a %s point (a grid bug)", p->kind);
-    } else {
+    int32_t k;
+    int rc = point_build(kv, reqs, b, p, &k, e);
+    if (!rc) {
         *shape = batch_shape(b);
         samples s = {0};
         int64_t settled_ns = 0;
@@ -330,11 +345,71 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
         }
         samples_free(&s);
     }
-    for (int32_t i = 0; i < k; i++) {
-        if (ex.ops->release) ex.ops->release(ex.self, &reqs[i]);
-        kv_free_request(kv, &reqs[i]);
-    }
+    point_release(ex, kv, reqs, k);
     free(log.k), free(log.duration_ns);
+    return rc;
+}
+
+/* The heat probe (core/heat.h): how the engine's step time follows the GPU's recent load, which
+ * the settled grid cannot show (each point is timed near the heat of its own load). After
+ * HEAT_PROBE_COOL_MS idle, a long prefill runs back to back for HEAT_PROBE_RUN_MS, from cold to
+ * hot, then a batch of decodes as long, from hot towards cold. heat_alpha is the slope of
+ * log(time) over heat - load, an intercept each (heat_slope): on an H200 with Llama-3-8B the
+ * prefill's steps speed up ~8% from hot to cold and the decodes' slow down ~5% from cold to hot
+ * (docs/costmodel.md, "The GPU's heat"). */
+#define HEAT_PROBE_COOL_MS 2000
+#define HEAT_PROBE_RUN_MS 1500
+
+typedef struct heat_probe_result {
+    grid_point p[2];    /* the heavy point, the light one */
+    int64_t steps[2];
+    double first_ms[2], last_ms[2];
+    double alpha, spread;
+} heat_probe_result;
+
+static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, const grid *g, const model_config *mc,
+                      double peak_flops, heat_probe_result *res, terr *e)
+{
+    /* of the grid's points (warm, and within the budgets): the longest prompt alone, and the most
+     * decodes up to 32 at the longest even context up to 1024 */
+    *res = (heat_probe_result){0};
+    for (size_t i = 0; i < g->n; i++) {
+        const grid_point *p = &g->p[i], *h = &res->p[0], *l = &res->p[1];
+        if (!strcmp(p->kind, "prefill") && p->n_prefill == 1 && !p->chunk_ctx && p->chunk > h->chunk) res->p[0] = *p;
+        if (!strcmp(p->kind, "decode") && !p->n_long && p->n_short <= 32 && p->ctx_short <= 1024 &&
+            (p->n_short > l->n_short || (p->n_short == l->n_short && p->ctx_short > l->ctx_short)))
+            res->p[1] = *p;
+    }
+    if (!res->p[0].kind || !res->p[1].kind) return 0; /* no such points: nothing probed */
+    size_t n = 0, cap = 0;
+    double *x = NULL, *y = NULL;
+    int32_t *group = NULL;
+    heat t = {0};
+    struct timespec cool = {HEAT_PROBE_COOL_MS / 1000, (HEAT_PROBE_COOL_MS % 1000) * 1000000L};
+    while (nanosleep(&cool, &cool) && errno == EINTR) {}
+    int64_t origin = clock_mono_ns();
+    int rc = 0;
+    for (int32_t which = 0; which < 2 && !rc; which++) {
+        int32_t k;
+        if ((rc = point_build(kv, reqs, b, &res->p[which], &k, e))) break;
+        step_shape shape = batch_shape(b);
+        int64_t begin = clock_mono_ns() - origin;
+        for (int64_t now = begin; now - begin < HEAT_PROBE_RUN_MS * 1000000LL && !rc; now = clock_mono_ns() - origin) {
+            step_result out = {0};
+            if ((rc = ex.ops->execute(ex.self, b, &out, e))) break;
+            double load = heat_load(mc, &shape, out.duration_ns, peak_flops), ms = (double)out.duration_ns / 1e6;
+            size_t had = cap;
+            grow_array((void **)&x, sizeof *x, &cap, n + 1);
+            if (cap != had) y = xrealloc(y, cap * sizeof *y), group = xrealloc(group, cap * sizeof *group);
+            x[n] = heat_at(&t, now) - load, y[n] = log(ms), group[n++] = which;
+            heat_add(&t, now, out.duration_ns, load);
+            if (!res->steps[which]++) res->first_ms[which] = ms;
+            res->last_ms[which] = ms;
+        }
+        point_release(ex, kv, reqs, k);
+    }
+    if (!rc) res->alpha = heat_slope(x, y, group, n, &res->spread);
+    free(x), free(y), free(group);
     return rc;
 }
 
@@ -528,6 +603,23 @@ int profile_main(int argc, char **argv)
             fprintf(stderr, "\rprofile: %zu/%zu points", i + 1, g.n);
     }
     if (!o.serving.quiet && isatty(fileno(stderr))) fprintf(stderr, "\n");
+    if (!strcmp(eng.ops->name, "cuda")) {
+        heat_probe_result hp;
+        if (heat_probe(ex, &kv, reqs, &b, &g, &su.model, su.gpu->peak_bf16_flops, &hp, &e)) {
+            code = 1;
+            goto fail;
+        }
+        if (hp.steps[0] && hp.steps[1]) {
+            if (hp.spread >= HEAT_MIN_SPREAD && fabs(hp.alpha) <= 1) /* else no clock's: unused */
+                fprintf(f, "# heat_alpha: %.4f\n", hp.alpha);
+            fprintf(f, "# heat: alpha %.4f, probed after the grid: %d ms idle, then %lld prefills of %d tokens (%.2f ms "
+                       "first, %.2f last), then %lld steps of %d decodes at %d tokens (%.2f ms first, %.2f last); "
+                       "heat - load spreads %.3f\n",
+                    hp.alpha, HEAT_PROBE_COOL_MS, (long long)hp.steps[0], hp.p[0].chunk, hp.first_ms[0], hp.last_ms[0],
+                    (long long)hp.steps[1], hp.p[1].n_short, hp.p[1].ctx_short, hp.first_ms[1], hp.last_ms[1],
+                    hp.spread);
+        }
+    }
     f = NULL;
     if (out_atomic_close(&out, true, &e)) {
         code = 1;

@@ -17,6 +17,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include "cli/run_results.h"
 #include "cli/serving.h"
 #include "cli/version.h"
+#include "core/heat.h"
 #include "core/options.h"
 #include "core/stats.h"
 #include "sim/profile_model.h"
@@ -35,17 +37,18 @@
 /* steps.csv's columns this reads; the shape ones (S_PREFILL_SEQS .. S_MAX_KEYS) in the profile's
  * column order. */
 enum {
-    S_DURATION, S_PREFILL_SEQS, S_DECODE_SEQS, S_EMITTING, S_PREFILL_TOKENS, S_DECODE_TOKENS, S_PAIRS2,
+    S_START, S_DURATION, S_PREFILL_SEQS, S_DECODE_SEQS, S_EMITTING, S_PREFILL_TOKENS, S_DECODE_TOKENS, S_PAIRS2,
     S_PREFILL_KEYS, S_DECODE_KEYS, S_DECODE_KEYS_SQ, S_MAX_KEYS, S_PADDING, S_SWAP, NUM_STEP_COLS
 };
 static const char *const step_cols[NUM_STEP_COLS] = {
-    "duration_ms", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens", "decode_tokens",
+    "start_s", "duration_ms", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens", "decode_tokens",
     "prefill_pairs2", "prefill_keys", "decode_keys", "decode_keys_sq", "max_keys", "padding_tokens", "swap_blocks"};
 #define NUM_SHAPE (S_MAX_KEYS - S_PREFILL_SEQS + 1)
 
 typedef struct run_step {
     int64_t shape[NUM_SHAPE]; /* num_prefill_seqs .. max_keys, as the profile's columns */
-    double ms;                /* duration_ms */
+    double ms;                /* duration_ms; once the heat is fitted, at the heat of its own load */
+    double heat, load;        /* the GPU's heat as it started and the step's load (core/heat.h) */
 } run_step;
 
 /* What a run is of; every run and the base must agree. */
@@ -55,6 +58,8 @@ typedef struct run_identity {
     char gpu[64];
     char backend[32];
     int64_t block_size;
+    model_config mc;       /* a run's: resolved from model_spec and gpu */
+    const gpu_spec *spec;
 } run_identity;
 
 typedef struct skipped {
@@ -130,6 +135,8 @@ static int read_identity(const char *dir, run_identity *id, terr *e)
         } else {
             snprintf(id->model, sizeof id->model, "%s", su.model.name);
             snprintf(id->gpu, sizeof id->gpu, "%s", su.gpu->name);
+            id->mc = su.model;
+            id->spec = su.gpu;
             rc = 0;
         }
     }
@@ -155,10 +162,24 @@ static void identity_diff(const run_identity *a, const run_identity *b, char *bu
     else snprintf(buf + l, size - l, "not %s", b->backend);
 }
 
-/* Appends DIR/steps.csv's representable steps to *steps; counts the others in *sk. */
-static int read_steps(const char *dir, run_step **steps, size_t *n, size_t *cap, int64_t *total, skipped *sk,
-                      char hash[17], terr *e)
+/* The profile columns num_prefill_seqs .. max_keys as a step's shape. */
+static step_shape shape_of(const int64_t *v)
 {
+    step_shape s = {
+        .num_prefill_seqs = (int32_t)v[0], .num_decode_seqs = (int32_t)v[1], .num_emitting = (int32_t)v[2],
+        .prefill_tokens = v[3], .decode_tokens = v[4], .prefill_pairs2 = v[5], .prefill_keys = v[6],
+        .decode_keys = v[7], .decode_keys_sq = v[8], .max_keys = (int32_t)v[9],
+    };
+    s.num_items = s.num_prefill_seqs + s.num_decode_seqs;
+    return s;
+}
+
+/* Appends DIR/steps.csv's representable steps to *steps, with the heat each started at (over
+ * every step of the run, as the serving loop kept it); counts the others in *sk. */
+static int read_steps(const char *dir, const run_identity *id, run_step **steps, size_t *n, size_t *cap,
+                      int64_t *total, skipped *sk, char hash[17], terr *e)
+{
+    heat gpu_heat = {0};
     char *path = path_join(dir, "steps.csv");
     csv_reader rd;
     int rc = -1, got;
@@ -171,9 +192,9 @@ static int read_steps(const char *dir, run_step **steps, size_t *n, size_t *cap,
         goto out;
     }
     while ((got = csv_reader_next(&rd, e)) == 1) {
-        double ms;
+        double ms, start_s;
         int64_t v[NUM_STEP_COLS];
-        bool bad = csv_reader_f64(&rd, S_DURATION, &ms, e) != 0;
+        bool bad = csv_reader_f64(&rd, S_START, &start_s, e) || csv_reader_f64(&rd, S_DURATION, &ms, e);
         for (int k = S_PREFILL_SEQS; k < NUM_STEP_COLS && !bad; k++) {
             if (csv_reader_i64(&rd, k, &v[k], e)) bad = true;
             else if (v[k] < 0 || v[k] > ((int64_t)1 << 50))
@@ -187,6 +208,11 @@ static int read_steps(const char *dir, run_step **steps, size_t *n, size_t *cap,
             break;
         }
         (*total)++;
+        step_shape sh = shape_of(&v[S_PREFILL_SEQS]);
+        sh.padding_tokens = v[S_PADDING];
+        int64_t start_ns = llround(start_s * 1e9), ns = llround(ms * 1e6);
+        double h = heat_at(&gpu_heat, start_ns), load = heat_load(&id->mc, &sh, ns, id->spec->peak_bf16_flops);
+        heat_add(&gpu_heat, start_ns, ns, load);
         /* what the format cannot hold: the copies of a swap are priced apart from the forward
          * pass, and padding rows have no column */
         if (v[S_SWAP] > 0 || v[S_PREFILL_SEQS] + v[S_DECODE_SEQS] == 0) {
@@ -205,12 +231,57 @@ static int read_steps(const char *dir, run_step **steps, size_t *n, size_t *cap,
         run_step *st = &(*steps)[(*n)++];
         memcpy(st->shape, &v[S_PREFILL_SEQS], sizeof st->shape);
         st->ms = ms;
+        st->heat = h;
+        st->load = load;
     }
     csv_reader_close(&rd);
     rc = got < 0 ? -1 : 0;
 out:
     free(path);
     return rc;
+}
+
+/* The heat's coefficient (core/heat.h), fitted on the runs' steps against the base: the least-squares
+ * line of log(measured / the base's prediction) over heat - load. The line's intercept is the
+ * base's bias, which the runs' rows calibrate, so only its slope is kept. */
+typedef struct heat_fit {
+    double alpha;
+    double spread;  /* standard deviation of heat - load over the steps */
+    int64_t steps;
+    char why_not[160]; /* why alpha is 0, when it is */
+} heat_fit;
+
+enum { HEAT_MIN_STEPS = 100 };
+
+static int fit_heat(const run_identity *id, const char *base_path, const run_step *steps, size_t n, heat_fit *hf,
+                    terr *e)
+{
+    *hf = (heat_fit){0};
+    cost_model_opts co = cost_model_opts_default();
+    co.block_size = (int32_t)id->block_size;
+    co.arg = base_path;
+    void *base = profile_cost_model.create(&id->mc, id->spec, &co, e);
+    if (!base) return -1;
+    double *x = xmalloc((n + 1) * sizeof *x), *y = xmalloc((n + 1) * sizeof *y);
+    for (size_t i = 0; i < n; i++) {
+        step_shape sh = shape_of(steps[i].shape);
+        sh.heat = steps[i].load; /* the base's rows are back-to-back measurements: the heat of their load */
+        double predicted = (double)profile_cost_model.step_ns(base, &sh) / 1e6;
+        if (!(predicted > 0)) continue;
+        x[hf->steps] = steps[i].heat - steps[i].load;
+        y[hf->steps++] = log(steps[i].ms / predicted);
+    }
+    profile_cost_model.destroy(base);
+    hf->alpha = heat_slope(x, y, NULL, (size_t)hf->steps, &hf->spread);
+    free(x), free(y);
+    if (hf->steps < HEAT_MIN_STEPS)
+        snprintf(hf->why_not, sizeof hf->why_not, "%" PRId64 " steps, at least %d are needed", hf->steps, HEAT_MIN_STEPS);
+    else if (hf->spread < HEAT_MIN_SPREAD)
+        snprintf(hf->why_not, sizeof hf->why_not, "the runs' heat - load spreads %.4f, too little to fit", hf->spread);
+    else if (fabs(hf->alpha) > 1)
+        snprintf(hf->why_not, sizeof hf->why_not, "the fit gave %.3f, past what a clock can do", hf->alpha);
+    if (hf->why_not[0]) hf->alpha = 0;
+    return 0;
 }
 
 /* prefill, decode, mixed: the grid's kinds, and the rows' order */
@@ -234,6 +305,7 @@ typedef struct base_profile {
     size_t num_rows, cap;
     run_identity id;
     char device[256], command[2048], hash[17];
+    double heat_alpha;   /* its `# heat_alpha:` (a probed grid's), 0 without one */
 } base_profile;
 
 static int base_read(base_profile *b, const char *path, terr *e)
@@ -267,6 +339,9 @@ static int base_read(base_profile *b, const char *path, terr *e)
                     snprintf((char *)b + keys[k].off, keys[k].size, "%s", line + strlen(keys[k].key));
             if (!strncmp(line, "# block_size: ", 14) && parse_i64(line + 14, &b->id.block_size))
                 return terr_set(e, "--base %s:%d: block_size \"%s\" is not a number", path, line_no, line + 14);
+            if (!strncmp(line, "# heat_alpha: ", 14) && (parse_f64(line + 14, &b->heat_alpha) || fabs(b->heat_alpha) > 1))
+                return terr_set(e, "--base %s:%d: heat_alpha \"%s\" is not a number between -1 and 1", path, line_no,
+                                line + 14);
             continue;
         }
         if (!header) {
@@ -412,7 +487,7 @@ int profile_from_runs_main(int argc, char **argv)
             goto fail;
         }
         size_t before = n;
-        if (read_steps(runs[r].dir, &steps, &n, &cap, &runs[r].steps, &sk, runs[r].hash, &e)) goto fail;
+        if (read_steps(runs[r].dir, &rid, &steps, &n, &cap, &runs[r].steps, &sk, runs[r].hash, &e)) goto fail;
         runs[r].kept = (int64_t)(n - before);
     }
     if (o.base && o.base[0]) {
@@ -425,6 +500,12 @@ int profile_from_runs_main(int argc, char **argv)
             goto fail;
         }
     }
+    /* the runs' steps at the heat of their own load, as the base's rows and the grid's are */
+    heat_fit hf = {.why_not = "no --base to hold the runs' steps against"};
+    if (have_base && fit_heat(&id, o.base, steps, n, &hf, &e)) goto fail;
+    bool base_heat = hf.why_not[0] && base.heat_alpha != 0; /* the runs cannot say: the base's probe can */
+    if (base_heat) hf.alpha = base.heat_alpha;
+    for (size_t i = 0; i < n; i++) steps[i].ms *= exp(-hf.alpha * (steps[i].heat - steps[i].load));
     int shapes = count_shapes(steps, n);
     if ((size_t)shapes + base.num_rows > PROFILE_MAX_POINTS) {
         terr_set(&e, "--from-runs: %d rows (%d shapes from the runs, %zu from the base), the profile model reads at "
@@ -459,6 +540,15 @@ int profile_from_runs_main(int argc, char **argv)
     fprintf(f, "# from_runs: %zu runs, %" PRId64 " steps, %zu kept as %d rows (one per distinct shape); skipped %" PRId64
                " that swapped, %" PRId64 " with padding rows, %" PRId64 " timed at 0\n",
             num_runs, total, n, shapes, sk.swap, sk.padded, sk.zero);
+    fprintf(f, "# heat_alpha: %.4f\n", hf.alpha);
+    if (base_heat)
+        fprintf(f, "# heat: the base's (not fitted on the runs: %s)\n", hf.why_not);
+    else if (hf.why_not[0])
+        fprintf(f, "# heat: not fitted: %s\n", hf.why_not);
+    else
+        fprintf(f, "# heat: fitted on %" PRId64 " steps against the base (heat - load spreads %.3f); the runs' rows hold "
+                   "their times at the heat of their own load\n",
+                hf.steps, hf.spread);
     if (have_base)
         fprintf(f, "# base: %s xxh3:%s, %zu rows first (its command: %s)\n", o.base, base.hash, base.num_rows,
                 base.command[0] ? base.command : "unknown");

@@ -642,6 +642,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .seed = (uint64_t)o->seed,
         .max_steps = o->max_steps,
         .model = &su->model,
+        .peak_flops = mo.peak_flops,
         .num_replicas = (int32_t)o->num_replicas,
         .router = su->router,
         .router_load_cap = o->router_load_cap,

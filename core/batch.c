@@ -34,6 +34,7 @@ void batch_clear(batch *b)
     b->num_items = 0;
     b->num_tokens = b->num_prefill_tokens = b->num_decode_tokens = b->num_padding_tokens = 0;
     b->num_emitting = b->num_preempted = 0;
+    b->heat = 0;
     b->sums = (step_shape){0};
     b->num_swap_out = b->num_swap_in = 0;
 }
@@ -156,6 +157,7 @@ step_shape batch_shape(const batch *b)
     s.num_emitting = b->num_emitting;
     s.padding_tokens = b->num_padding_tokens;
     s.swap_blocks = b->num_swap_in + b->num_swap_out;
+    s.heat = b->heat;
 #ifdef TANDEM_CHECKS
     step_shape r = sums_recomputed(b);
     if (r.num_prefill_seqs != s.num_prefill_seqs || r.num_decode_seqs != s.num_decode_seqs ||

@@ -29,9 +29,9 @@ typedef struct sched_item {
     bool is_decode;         /* a single-token step of a request past its prompt */
 } sched_item;
 
-/* A step's shape: the exact integer sums over its items that a step's cost depends on. Cost
- * models predict from it, steps.csv records it, so a measured step can be re-predicted from its
- * row. For an item of n tokens after c cached ones, a prefill chunk attends n(2c + n + 1) / 2
+/* A step's shape: the exact integer sums over its items that a step's cost depends on, and the
+ * GPU's heat as it starts. Cost models predict from it, steps.csv records the sums (and the
+ * timeline the heat is recomputed from), so a measured step can be re-predicted from its row. For an item of n tokens after c cached ones, a prefill chunk attends n(2c + n + 1) / 2
  * causal (query, key) pairs over c + n keys; a decode attends c + 1 keys. */
 typedef struct step_shape {
     int32_t num_items;
@@ -47,6 +47,8 @@ typedef struct step_shape {
     int64_t decode_keys_sq;     /* sum (c + 1)^2 over decodes: with decode_keys, the spread */
     int32_t max_keys;           /* the longest context any item attends to */
     int32_t swap_blocks;        /* blocks swapped in + out before the forward pass */
+    double heat;                /* the GPU's recent load as the step starts (core/heat.h): not a
+                                   sum over items, but what the serving loop knows of the GPU */
 } step_shape;
 
 typedef struct kv_swap {
@@ -67,6 +69,7 @@ typedef struct batch {
                                    longest and keeps finished members' slots): they cost GEMM
                                    time and produce no token */
     int32_t num_emitting;       /* items that sample a token */
+    double heat;                /* the GPU's heat as the step starts, set by the serving loop */
     step_shape sums;            /* the items' sums that batch_shape reports (seqs, tokens, pairs,
                                    keys, max_keys), kept as items come and go so a step's shape
                                    costs no pass over its items; its other fields unused */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heat.h"
 #include "req_queue.h"
 #include "work.h"
 
@@ -23,6 +24,7 @@ typedef struct replica {
     request *live_head;   /* doubly linked through live_prev/live_next */
     int32_t num_live;
     int64_t step;         /* steps this replica has run */
+    heat heat;            /* its GPU's recent load */
     /* cluster loop */
     request *inbox_head, *inbox_tail; /* routed here, not yet given to the policy (via next) */
     step_result out;      /* the step in flight */
@@ -306,6 +308,7 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         step_work w = step_work_of(cfg->model, &st.shape);
         st.flops = w.flops;
         st.bytes = w.bytes;
+        heat_add(&R->heat, start, out->duration_ns, heat_load(cfg->model, &st.shape, out->duration_ns, cfg->peak_flops));
     }
     /* KV usage at its peak in the step, before finished requests release their blocks */
     st.kv_blocks_used = kv_num_used(&R->kv);
@@ -443,6 +446,7 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         }
 
         step_result out = {0};
+        b->heat = heat_at(&R->heat, L->now_ns);
         int64_t sched_ns = timed && host_mark ? clock_mono_ns() - host_mark - idle_ns : 0;
         if (ex.ops->execute(ex.self, b, &out, e)) {
             rc = -1;
@@ -538,6 +542,7 @@ static int schedule_replica(loop_state *L, replica *R, rep_heap *busy, bool arri
             return 0;
         }
         R->out = (step_result){0};
+        b->heat = heat_at(&R->heat, L->now_ns);
         if (L->ex.ops->execute(L->ex.self, b, &R->out, e)) return -1;
         assert(R->out.duration_ns > 0);
         assert(R->out.num_kernel_times == 0); /* a timed engine is one replica: run_single */

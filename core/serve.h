@@ -60,6 +60,7 @@ typedef struct serve_config {
     uint64_t seed;
     int64_t max_steps;       /* 0 = no limit; a guard for tests and sweeps */
     const model_config *model; /* for each step's FLOP and byte counts (core/work.h); NULL: none */
+    double peak_flops;       /* a replica's bf16 peak, for the GPU's heat (core/heat.h); 0: none */
     int32_t num_replicas;    /* replicas behind the router; 0 or 1: one */
     const router_ops *router; /* how arrivals are spread over replicas (NULL with one replica) */
     double router_load_cap;  /* router_env.load_cap */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/heat.h"
 #include "core/util.h"
 #include "kernels/decode_layout.h"
 
@@ -46,6 +47,10 @@ typedef struct profile_model {
     int32_t num_heads, num_kv_heads, num_sms; /* the run's model and GPU: the decode partition */
     double swap_ms_per_block; /* the engine cannot swap, so the profile cannot measure it: the
                                  GPU row's host link carries all layers' K and V of a block */
+    double heat_alpha;        /* a step at heat h with load u takes its rows' time x
+                                 exp(heat_alpha (h - u)) (core/heat.h); 0: heat not measured */
+    model_config mc;          /* the run's model and GPU peak: a step's load */
+    double peak_flops;
     bool forced;
     char mismatch[512];       /* what differs, when forced */
     int32_t num_knots;
@@ -220,6 +225,13 @@ static int read_profile(profile_model *pm, const char *path, char *text, point *
         size_t l = strlen(line);
         if (l && line[l - 1] == '\r') line[--l] = 0;
         if (line[0] == '#') {
+            if (!strncmp(line, "# heat_alpha:", 13)) {
+                const char *alpha = line + 13 + strspn(line + 13, " ");
+                if (parse_f64(alpha, &pm->heat_alpha) || fabs(pm->heat_alpha) > 1) {
+                    rc = terr_set(e, "%s:%d: heat_alpha \"%s\" is not a number between -1 and 1", path, line_no, alpha);
+                    break;
+                }
+            }
             header_line(pm, line);
             continue;
         }
@@ -436,6 +448,12 @@ static int fit_text(profile_model *pm, char *text, terr *e)
     int rc = read_profile(pm, pm->path, text, &pts, &n, e);
     if (!rc) {
         place_knots(pm, pts, n);
+        if (n < pm->num_knots + NUM_LINEAR)
+            rc = terr_set(e, "%s: %d points for %d unknowns (G at %d token counts and %d terms): the fit is not "
+                             "determined; measure more shapes at the same token counts",
+                          pm->path, n, pm->num_knots + NUM_LINEAR, pm->num_knots, NUM_LINEAR);
+    }
+    if (!rc) {
         gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
         rc = fit(pm, pts, n, e);
         gsl_set_error_handler(handler);
@@ -518,6 +536,8 @@ static void *profile_create(const model_config *mc, const gpu_spec *gpu, const c
     pm->forced = pm->mismatch[0] != 0;
     pm->swap_ms_per_block = (double)model_kv_bytes_per_token(mc, o.kv_dtype_bytes) * o.block_size /
                             gpu->host_link_bytes_s * 1e3;
+    pm->mc = *mc;
+    pm->peak_flops = gpu->peak_bf16_flops;
     return pm;
 }
 
@@ -527,6 +547,8 @@ static int64_t profile_step_ns(void *self, const step_shape *s)
     if (s->num_items == 0 && s->swap_blocks == 0) return 0;
     bool outside = false;
     double ms = s->num_items ? predict_ms(pm, s, &outside) : 0;
+    if (pm->heat_alpha != 0 && ms > 0)
+        ms *= exp(pm->heat_alpha * (s->heat - heat_load(&pm->mc, s, llround(ms * 1e6), pm->peak_flops)));
     ms += s->swap_blocks * pm->swap_ms_per_block;
     outside |= (double)s->decode_keys > pm->max_decode_keys || (double)s->prefill_pairs2 > pm->max_prefill_pairs2 ||
                (double)s->prefill_keys > pm->max_prefill_keys;
@@ -544,6 +566,7 @@ static json_t *profile_report(void *self)
                           pm->block_size, "forced", pm->forced, "points", pm->num_points, "fit_median_abs_error",
                           pm->fit_median_abs_error, "fit_max_abs_error", pm->fit_max_abs_error, "steps",
                           (json_int_t)pm->steps, "extrapolated_steps", (json_int_t)pm->extrapolated);
+    json_object_set_new(o, "heat_alpha", json_real(pm->heat_alpha));
     if (pm->forced) json_object_set_new(o, "mismatch", json_string(pm->mismatch));
     json_t *c = json_object();
     for (int i = 0; i < NUM_LINEAR; i++) json_object_set_new(c, linear_names[i], json_real(pm->coef[pm->num_knots + i]));

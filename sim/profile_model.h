@@ -22,6 +22,11 @@
  * beside rows seen once), and a profile of up to 100,000 rows fits in a fraction of a second
  * (past 256 distinct token counts the knots are spaced evenly in log T; docs/costmodel.md).
  *
+ * The sum is the time at the heat of the step's own load (the rows are settled measurements);
+ * a step that starts hotter or colder (core/heat.h: the serving loop's step_shape.heat) takes it
+ * x exp(heat_alpha (heat - load)), heat_alpha from the file's `# heat_alpha:` line (0 without
+ * one): `tandem profile` probes it, `--from-runs` fits it on serving steps.
+ *
  * A step outside the measured ranges (T past the last knot, more keys or pairs than any point
  * had) is extrapolated linearly and counted; the count is in summary.json.
  *
@@ -41,7 +46,8 @@ extern const cost_model_ops profile_cost_model;
 /* A profile file's CSV header row, without the newline: the shape columns (core/batch.h's
  * step_shape, as steps.csv writes them), then repeats and the time's statistics in ms. */
 extern const char profile_columns_header[];
-/* Fewer rows than this are refused: the fit has 9 linear terms besides G's knots. */
+/* Fewer rows than this are refused: the fit has 9 linear terms besides G's knots (and a file
+ * with fewer rows than unknowns, G at each distinct token count and the terms, is refused too). */
 #define PROFILE_MIN_POINTS 11
 /* More rows than this are refused (the fit's time and memory grow with them). */
 #define PROFILE_MAX_POINTS 100000

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/heat.h"
 #include "core/work.h"
 #include "kernels/decode_layout.h"
 #include "sim/costmodel.h"
@@ -346,6 +347,100 @@ START_TEST(test_profile_prices_the_decode_partition)
     const int32_t probe[][2] = {{2, 3000}, {2, 5000}, {6, 1000}, {24, 6000}, {128, 2500}}; /* counts of rows */
     expect_law(m, probe, ARRAY_LEN(probe), partition_law_ms);
     profile_cost_model.destroy(m);
+    rm_tree(dir);
+}
+END_TEST
+
+/* The GPU's heat: a constant load held for five memories is within e^-5 of it, an idle memory
+ * cools it by e, and a step split in two heats as the whole does. */
+START_TEST(test_heat_is_the_load_averaged_over_time)
+{
+    const int64_t tau = HEAT_TAU_NS;
+    heat t = {0};
+    heat_add(&t, 0, 5 * tau, 0.6);
+    ck_assert_msg(fabs(t.h - 0.6 * (1 - exp(-5))) < 1e-12, "load 0.6 for 5 tau: heat %.6f", t.h);
+    double cooled = heat_at(&t, 6 * tau);
+    ck_assert_msg(fabs(cooled - t.h / M_E) < 1e-12, "one tau idle: %.6f, want %.6f", cooled, t.h / M_E);
+    heat whole = t, halves = t;
+    heat_add(&whole, 6 * tau, tau, 0.1);
+    heat_add(&halves, 6 * tau, tau / 2, 0.1);
+    heat_add(&halves, 6 * tau + tau / 2, tau / 2, 0.1);
+    ck_assert_msg(fabs(whole.h - halves.h) < 1e-12 && whole.end_ns == halves.end_ns,
+                  "a step in two halves: heat %.9f, whole %.9f", halves.h, whole.h);
+    /* a load is the step's FLOPs (padding rows too) over its time and the peak */
+    model_config mc = load("llama-3-8b");
+    step_shape p = {.num_items = 1, .num_prefill_seqs = 1, .num_emitting = 1, .prefill_tokens = 1024,
+                    .prefill_pairs2 = 1024 * 1025, .prefill_keys = 1024, .max_keys = 1024};
+    double u = heat_load(&mc, &p, 40000000, 1e15);
+    ck_assert_msg(fabs(u - step_work_of(&mc, &p).flops / 0.04 / 1e15) < 1e-12, "load %.6f", u);
+    step_shape padded = p;
+    padded.padding_tokens = 1024;
+    step_shape doubled = p;
+    doubled.prefill_tokens = 2048;
+    ck_assert_msg(fabs(heat_load(&mc, &padded, 40000000, 1e15) - heat_load(&mc, &doubled, 40000000, 1e15)) < 1e-12,
+                  "padding rows are not counted as the GEMMs' rows");
+    ck_assert_msg(heat_load(&mc, &p, 40000000, 0) == 0 && heat_load(&mc, &p, 0, 1e15) == 0, "no peak or no time: 0");
+    /* the slope over two groups, each with its own intercept: y = c_g + 0.3 x, where one slope
+     * through both groups' points (c 0 at x near -0.5, c 1 at x near 0.5) would be ~1.2 */
+    double x[40], y[40], spread;
+    int32_t group[40];
+    for (int i = 0; i < 40; i++) {
+        group[i] = i % 2;
+        x[i] = (group[i] ? 0.5 : -0.5) + 0.01 * (i % 7);
+        y[i] = group[i] + 0.3 * x[i];
+    }
+    double slope = heat_slope(x, y, group, 40, &spread);
+    ck_assert_msg(fabs(slope - 0.3) < 1e-9 && spread > 0.01 && spread < 0.03, "slope %.6f, spread %.4f", slope, spread);
+    ck_assert_msg(heat_slope(x, y, NULL, 40, &spread) > 1, "one group: the intercepts' step is the slope");
+    ck_assert_msg(heat_slope(x, y, group, 0, &spread) == 0 && spread == 0, "no steps: no slope");
+}
+END_TEST
+
+/* A profile's heat_alpha: a step at heat h with load u takes its rows' time x exp(alpha (h - u)),
+ * u at the rows' time; without the line, heat changes nothing. */
+START_TEST(test_profile_prices_the_heat)
+{
+    char *dir = make_temp_dir("heatprof"), path[4200], plain[4200];
+    snprintf(path, sizeof path, "%s/heat.csv", dir);
+    snprintf(plain, sizeof plain, "%s/plain.csv", dir);
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(k ? path : plain, "w");
+        ck_assert_msg(f, "cannot write %s", k ? path : plain);
+        fputs("# model: llama-3-8b\n# gpu: h200\n# block_size: 16\n", f);
+        if (k) fputs("# heat_alpha: 0.2\n", f);
+        fputs(strstr(PROFILE_HEAD, "kind,"), f);
+        for (int32_t seqs = 1; seqs <= 40; seqs++)
+            for (int32_t ctx = 200; ctx <= 400; ctx += 200) {
+                step_shape s = decode_shape(seqs, ctx);
+                profile_row(f, &s, 1, law_ms(&s));
+            }
+        fclose(f);
+    }
+    void *m = open_profile_of(path, "llama-3-8b"), *m0 = open_profile_of(plain, "llama-3-8b");
+    model_config mc = load("llama-3-8b");
+    step_shape s = decode_shape(16, 300);
+    double rows_ms = (double)profile_cost_model.step_ns(m0, &s) / 1e6;
+    double u = heat_load(&mc, &s, llround(rows_ms * 1e6), gpu("h200")->peak_bf16_flops);
+    ck_assert_msg(u > 0.001 && u < 0.1, "16 decodes' load %.4f", u);
+    for (double h = 0; h <= 0.8; h += 0.4) {
+        s.heat = h;
+        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = rows_ms * exp(0.2 * (h - u));
+        ck_assert_msg(fabs(got / want - 1) < 1e-5, "heat %.1f: %.6f ms, want %.6f", h, got, want);
+        double flat = (double)profile_cost_model.step_ns(m0, &s) / 1e6;
+        ck_assert_msg(fabs(flat - rows_ms) < 1e-6, "no heat_alpha, heat %.1f: %.6f ms, want %.6f", h, flat, rows_ms);
+    }
+    profile_cost_model.destroy(m);
+    profile_cost_model.destroy(m0);
+    /* a heat_alpha that is not a coefficient is named by file and line */
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f, "cannot write %s", path);
+    fputs("# model: llama-3-8b\n# heat_alpha: warm\n", f);
+    fclose(f);
+    cost_model_opts o = cost_model_opts_default();
+    o.arg = path;
+    terr e = {{0}};
+    ck_assert_msg(!profile_cost_model.create(&mc, gpu("h200"), &o, &e) && strstr(e.msg, ":2: heat_alpha \"warm\""),
+                  "a bad heat_alpha: \"%s\"", e.msg);
     rm_tree(dir);
 }
 END_TEST
@@ -1013,6 +1108,8 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_profile_of_thousands_of_rows_recovers_a_known_law);
     tcase_add_test(tc, test_profile_row_counts_as_its_repeats);
     tcase_add_test(tc, test_profile_prices_the_decode_partition);
+    tcase_add_test(tc, test_heat_is_the_load_averaged_over_time);
+    tcase_add_test(tc, test_profile_prices_the_heat);
     tcase_add_test(tc, test_profile_fits_are_reused_by_text_not_by_name);
     suite_add_tcase(s, tc);
     return s;

@@ -10,6 +10,7 @@
  * another model) is refused by name.
  */
 #include <check.h>
+#include <math.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,9 @@
 
 #include "cli/engine_flags.h"
 #include "core/clock.h"
+#include "core/heat.h"
 #include "core/util.h"
+#include "sim/gpu.h"
 #include "testutil.h"
 
 /* A fast configuration of the tiny model: short contexts, small batches. */
@@ -208,6 +211,16 @@ START_TEST(simulation_from_the_profile_matches_the_engine)
 }
 END_TEST
 
+/* Eleven prefills, each of its own token count: G alone has as many unknowns as there are rows. */
+#define UNDETERMINED_ROW(T) "prefill,1,0,1," #T ",0,0," #T ",0,0," #T ",5,1,1,1,1,1\n"
+#define UNDETERMINED                                                                                                  \
+    "# model: tiny-llama2\n# gpu: h200\n# block_size: 16\n"                                                           \
+    "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"                \
+    "prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms\n"               \
+    UNDETERMINED_ROW(16) UNDETERMINED_ROW(32) UNDETERMINED_ROW(48) UNDETERMINED_ROW(64) UNDETERMINED_ROW(80)          \
+    UNDETERMINED_ROW(96) UNDETERMINED_ROW(112) UNDETERMINED_ROW(128) UNDETERMINED_ROW(144) UNDETERMINED_ROW(160)      \
+    UNDETERMINED_ROW(176)
+
 START_TEST(bad_profiles_are_named_by_file_and_line)
 {
     const struct {
@@ -220,6 +233,7 @@ START_TEST(bad_profiles_are_named_by_file_and_line)
          "decode,0,1,1,0,1,0,0,129,16641,129,5,-3,1,1,1,1\n",
          ":5: median_ms \"-3\" is not a positive number"},
         {"kind,x\n", ":1: 2 fields"},
+        {UNDETERMINED, ": 11 points for 20 unknowns (G at 11 token counts and 9 terms): the fit is not determined"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[32], spec[4400];
@@ -444,7 +458,7 @@ static void fake_run(const char *name, const char *model, const char *executor_j
 }
 
 #define FAKE_HEADER                                                                                                   \
-    "step,duration_ms,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"     \
+    "step,start_s,duration_ms,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"     \
     "prefill_keys,decode_keys,decode_keys_sq,max_keys,padding_tokens,swap_blocks\n"
 #define CPU_EXECUTOR "{\"backend\": \"cpu\"}"
 
@@ -453,14 +467,14 @@ START_TEST(identical_shapes_aggregate_into_one_row)
     /* four decodes of 2 sequences at 100 and 120 keys (1, 2, 3 and 10 ms), one prefill of 64
      * tokens twice (4 and 6 ms), one padded step and one swap, both skipped */
     const char *steps = FAKE_HEADER
-        "0,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
-        "1,10.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "2,1.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "3,6.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
-        "4,3.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "5,9.000,0,3,3,0,3,0,0,300,30000,101,5,0\n"
-        "6,2.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "7,7.000,0,2,2,0,2,0,0,222,24881,121,0,4\n";
+        "0,0.000,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
+        "1,0.010,10.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "2,0.020,1.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "3,0.030,6.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
+        "4,0.040,3.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "5,0.050,9.000,0,3,3,0,3,0,0,300,30000,101,5,0\n"
+        "6,0.060,2.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
+        "7,0.070,7.000,0,2,2,0,2,0,0,222,24881,121,0,4\n";
     char run_out[4300], out[4300];
     fake_run("agg", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, run_out, sizeof run_out);
     snprintf(out, sizeof out, "%s/agg.csv", dir);
@@ -487,17 +501,144 @@ START_TEST(identical_shapes_aggregate_into_one_row)
 }
 END_TEST
 
+/* Llama-3-8B steps on an H200 whose times follow a grid's law x exp(alpha (heat - load)), alpha
+ * 0.15: bursts of 2048-token prefills (load ~0.6) between stretches of 16 decodes (~0.02).
+ * `--from-runs` fits alpha from them against the grid, and its rows hold the law's times, where
+ * the raw medians are off it by the heat. */
+#define HEAT_ALPHA 0.15
+static double heat_law_ms(const step_shape *s)
+{
+    return s->num_prefill_seqs ? 5 + 0.022 * (double)s->prefill_tokens : 8 + 0.125 * s->num_decode_seqs;
+}
+static step_shape prefill_of(int64_t T)
+{
+    return (step_shape){.num_items = 1, .num_prefill_seqs = 1, .num_emitting = 1, .prefill_tokens = T,
+                        .prefill_pairs2 = T * (T + 1), .prefill_keys = T, .max_keys = (int32_t)T};
+}
+static step_shape decodes_of(int32_t B, int64_t ctx)
+{
+    return (step_shape){.num_items = B, .num_decode_seqs = B, .num_emitting = B, .decode_tokens = B,
+                        .decode_keys = B * (ctx + 1), .decode_keys_sq = B * (ctx + 1) * (ctx + 1),
+                        .max_keys = (int32_t)(ctx + 1)};
+}
+static void shape_cols(char *buf, size_t n, const step_shape *s)
+{
+    snprintf(buf, n, "%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%d", s->num_prefill_seqs, s->num_decode_seqs,
+             s->num_emitting, (long long)s->prefill_tokens, (long long)s->decode_tokens, (long long)s->prefill_pairs2,
+             (long long)s->prefill_keys, (long long)s->decode_keys, (long long)s->decode_keys_sq, s->max_keys);
+}
+
+START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
+{
+    model_config mc;
+    terr e = {{0}};
+    ck_assert_msg(model_config_load(&mc, "llama-3-8b", &e) == 0, "%s", e.msg);
+    double peak = gpu_find("h200")->peak_bf16_flops;
+    /* the grid: the law at 5 prefill sizes and 8 decode counts */
+    char *grid = xmalloc(16384), cols[256];
+    size_t len = (size_t)snprintf(grid, 16384, "# model: llama-3-8b\n# gpu: h200\n# block_size: 16\n# backend: cuda\n"
+                                        "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
+                                        "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,"
+                                        "p10_ms,p90_ms,min_ms,max_ms\n");
+    static const int64_t T[] = {256, 512, 1024, 1536, 2048};
+    static const int32_t B[] = {1, 2, 4, 8, 12, 16, 24, 32};
+    for (size_t i = 0; i < 3 * (sizeof T / sizeof T[0] + sizeof B / sizeof B[0]); i++) { /* 3 contexts of each */
+        size_t j = i % 13;
+        int64_t ctx = 512 << (i / 13);
+        step_shape sh = j < 5 ? prefill_of(T[j]) : decodes_of(B[j - 5], ctx);
+        if (j < 5 && i >= 13) { /* a chunk after ctx cached tokens */
+            sh.prefill_pairs2 = T[j] * (2 * ctx + T[j] + 1), sh.prefill_keys = ctx + T[j];
+            sh.max_keys = (int32_t)(ctx + T[j]);
+        }
+        double ms = heat_law_ms(&sh);
+        shape_cols(cols, sizeof cols, &sh);
+        len += (size_t)snprintf(grid + len, 16384 - len, "%s,%s,5,%.4f,%.4f,%.4f,%.4f,%.4f\n", j < 5 ? "prefill" : "decode",
+                                cols, ms, ms, ms, ms, ms);
+    }
+    char *base = write_temp_file(dir, "heatgrid.csv", grid);
+    /* the run: 4 bursts of 10 prefills, each followed by 100 decode steps, back to back */
+    size_t cap = 1 << 16;
+    char *steps = xmalloc(cap);
+    len = (size_t)snprintf(steps, cap, "%s", FAKE_HEADER);
+    heat t = {0};
+    int64_t now = 0, step = 0;
+    double decode_ms[400];
+    int num_decodes = 0;
+    for (int burst = 0; burst < 4; burst++)
+        for (int k = 0; k < 110; k++, step++) {
+            step_shape sh = k < 10 ? prefill_of(2048) : decodes_of(16, 1024);
+            double h = heat_at(&t, now), ms = heat_law_ms(&sh);
+            for (int it = 0; it < 20; it++) /* the load is the step's, at its own time */
+                ms = heat_law_ms(&sh) * exp(HEAT_ALPHA * (h - heat_load(&mc, &sh, llround(ms * 1e6), peak)));
+            int64_t ns = llround(ms * 1e6);
+            ms = (double)ns / 1e6;
+            heat_add(&t, now, ns, heat_load(&mc, &sh, ns, peak));
+            if (k >= 10) decode_ms[num_decodes++] = ms;
+            shape_cols(cols, sizeof cols, &sh);
+            len += (size_t)snprintf(steps + len, cap - len, "%lld,%.9f,%.6f,%s,0,0\n", (long long)step, (double)now / 1e9,
+                                    ms, cols);
+            now += ns;
+        }
+    ck_assert_msg(len < cap - 1, "steps.csv overflowed");
+    char run_out[4300], out[4300];
+    fake_run("heat", "synthetic:llama-3-8b", "{\"backend\": \"cuda\"}", steps, run_out, sizeof run_out);
+    snprintf(out, sizeof out, "%s/heat.csv", dir);
+    cli_result r = run_cli("profile", "--from-runs", run_out, "--base", base, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile --from-runs: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(out, NULL);
+    ck_assert_msg(text, "no profile");
+    const char *a = strstr(text, "# heat_alpha: ");
+    ck_assert_msg(a && fabs(atof(a + 14) - HEAT_ALPHA) < 1e-3, "fitted heat_alpha: %.200s", a ? a : "(none)");
+    ck_assert_msg(strstr(text, "# heat: fitted on 440 steps against the base"), "the header does not say how:\n%.900s",
+                  text);
+    /* the decodes ran slower than the law after each burst; their row holds the law's time */
+    double lo = decode_ms[0], hi = decode_ms[0], law = heat_law_ms(&(step_shape){.num_decode_seqs = 16});
+    for (int i = 0; i < num_decodes; i++) lo = fmin(lo, decode_ms[i]), hi = fmax(hi, decode_ms[i]);
+    ck_assert_msg(hi / law > 1.02, "the decodes' heat is too small to test: %.4f .. %.4f ms, law %.4f", lo, hi, law);
+    step_shape d = decodes_of(16, 1024);
+    shape_cols(cols, sizeof cols, &d);
+    char want[512];
+    snprintf(want, sizeof want, "\ndecode,%s,400,", cols);
+    const char *row = strstr(strstr(text, "# command:"), want);
+    ck_assert_msg(row, "no row of the run's decodes (%s)", want);
+    double median = atof(row + strlen(want));
+    ck_assert_msg(fabs(median / law - 1) < 2e-3, "the decodes' row: %.4f ms, the law's %.4f", median, law);
+    free(text);
+    /* too few steps to fit: a probed base's alpha is used */
+    char *probed = xmalloc(strlen(grid) + 64), *cut = strstr(steps, "\n60,"), short_run[4300];
+    ck_assert_msg(cut, "no step 60");
+    cut[1] = 0;
+    snprintf(probed, strlen(grid) + 64, "# heat_alpha: 0.15\n%s", grid);
+    free(base);
+    base = write_temp_file(dir, "probedgrid.csv", probed);
+    fake_run("heatshort", "synthetic:llama-3-8b", "{\"backend\": \"cuda\"}", steps, short_run, sizeof short_run);
+    r = run_cli("profile", "--from-runs", short_run, "--base", base, "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile --from-runs: %s", r.err);
+    cli_result_free(&r);
+    text = slurp(out, NULL);
+    ck_assert_msg(text && strstr(text, "# heat_alpha: 0.1500\n# heat: the base's (not fitted on the runs: 60 steps, at least "
+                                       "100 are needed)"),
+                  "a probed base's alpha is not used:\n%.1200s", text ? text : "");
+    free(text);
+    free(probed);
+    free(steps);
+    free(base);
+    free(grid);
+}
+END_TEST
+
 START_TEST(what_cannot_be_calibrated_from_is_refused)
 {
-    const char *steps = FAKE_HEADER "0,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n";
+    const char *steps = FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n";
     char a[4300], b[4300], sim[4300], bad[4300], both[8800], out[4300];
     fake_run("ok", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, a, sizeof a);
     fake_run("other", "synthetic:tiny-llama3", CPU_EXECUTOR, steps, b, sizeof b);
     fake_run("simulated", "tiny-llama2", "{\"cost_model\": \"roofline\"}", steps, sim, sizeof sim);
-    fake_run("badsteps", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,4.000,1,0,1,64,0,x,64,0,0,64,0,0\n",
+    fake_run("badsteps", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,x,64,0,0,64,0,0\n",
              bad, sizeof bad);
     char baddur[4300], want_dur[4500];
-    fake_run("baddur", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,abc,1,0,1,64,0,4160,64,0,0,64,0,0\n",
+    fake_run("baddur", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,0.000,abc,1,0,1,64,0,4160,64,0,0,64,0,0\n",
              baddur, sizeof baddur);
     snprintf(want_dur, sizeof want_dur, "%s/steps.csv:2: duration_ms \"abc\" is not a number", baddur);
     snprintf(out, sizeof out, "%s/refused.csv", dir);
@@ -556,6 +697,7 @@ int main(void)
     tcase_add_test(tc, a_profile_from_a_runs_steps_repredicts_them);
     tcase_add_test(tc, identical_shapes_aggregate_into_one_row);
     tcase_add_test(tc, what_cannot_be_calibrated_from_is_refused);
+    tcase_add_test(tc, heat_is_fitted_and_taken_out_of_the_rows);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
 }
