@@ -283,9 +283,6 @@ static void kernel_medians(const kernel_log *l, int64_t repeats, measured *m)
     for (int j = 0; j < KERNEL_NUM_KINDS + 3; j++) samples_free(&s[j]);
 }
 
-/* Builds p's batch, runs it warmup + repeats times, and frees its blocks. With the kernel trace
- * on, settles the point's steps at its end (a forced flush, outside every timed step) and takes
- * the timed steps' kernel figures. */
 /* p's batch into b, its requests reqs[0 .. *k - 1] holding their blocks of kv. */
 static int point_build(kv_manager *kv, request *reqs, batch *b, const grid_point *p, int32_t *k, terr *e)
 {
@@ -307,6 +304,9 @@ static void point_release(executor ex, kv_manager *kv, request *reqs, int32_t k)
     }
 }
 
+/* Builds p's batch, runs it warmup + repeats times, and frees its blocks. With the kernel trace
+ * on, settles the point's steps at its end (a forced flush, outside every timed step) and takes
+ * the timed steps' kernel figures. */
 static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const grid_point *p, int64_t warmup,
                    int64_t settle_ms, int64_t repeats, step_shape *shape, measured *m, terr *e)
 {

@@ -11,7 +11,12 @@
  *   - What the runs are of (model, GPU row, block size, backend) comes from each run's
  *     summary.json, resolved as `tandem compare` resolves it; any difference is refused rather
  *     than averaged over.
- * Memory: every kept step's shape (11 numbers) until the rows are written: ~100 bytes a step.
+ *   - A step's time is brought to the heat of its own load (core/heat.h) before it joins its
+ *     shape's row, as a grid row's is: steps of one shape taken hot and cold would otherwise
+ *     average into a time no state has. heat_alpha is fitted on the runs' steps against the
+ *     base, where there is one (and the runs spread in heat); else the base's.
+ * Memory: every kept step's shape, time, heat and load (13 numbers) until the rows are written: ~120
+ * bytes a step.
  */
 #include "cli/profile_runs.h"
 
