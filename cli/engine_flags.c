@@ -71,7 +71,7 @@ int engine_flags_open(const engine_flags *f, const serving_options *o, serving_s
     eo.max_seqs = su->sched.max_num_seqs;
     /* static batching's padding rows run as sequences of their own, up to a block each, and its
      * first padded prompt of a pass may exceed the token budget (policies/static.c) */
-    if (su->policy && strcmp(su->policy->name, "static") == 0) {
+    if (f->padded_steps || (su->policy && strcmp(su->policy->name, "static") == 0)) {
         eo.max_tokens = (int32_t)max_i64(eo.max_tokens, su->sched.max_model_len);
         eo.max_seqs += (int32_t)div_ceil_i64(eo.max_tokens, eo.block_size);
     }

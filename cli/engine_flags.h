@@ -19,6 +19,8 @@ typedef struct engine_flags {
     double temperature, top_p;
     bool cuda_graphs;
     bool kernel_trace;
+    bool padded_steps; /* not a flag: the engine takes static batching's padded steps whatever the
+                          policy (`tandem profile` measures them) */
 } engine_flags;
 
 /* The engine's flags; offsets into an engine_flags. */

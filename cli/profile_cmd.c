@@ -15,8 +15,12 @@
  *             one at 4096 (skewed, as a server's batches are);
  *   mixed     1, 8, 32, 128 or 256 decodes at 1024 tokens beside one prefill chunk of 16 .. 2048
  *             tokens, and beside as many prompts of 512 as the token budget holds (an offline
- *             batch's steps).
- * (Contexts shrink to fit a short max_model_len.)
+ *             batch's steps);
+ *   padded    static batching's: 1 prompt of 16 padded to 256 or 2048 rows; 2 of 32 padded to
+ *             128 each, 4 of 128, 8 of 64 and 16 of 256 to 512 each; 1 and 4 decodes at 1024
+ *             beside padding rows to 8; 1, 4, 16 and 32 to 64; 8 to 256.
+ * (Contexts shrink to fit a short max_model_len.) On the GPU, a heat probe follows the grid
+ * (heat_probe below).
  * Each point is a batch of made-up requests whose block tables come from a block manager over
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
  * all; the free blocks shuffled first, as a running server's are), `--warmup` times untimed and
@@ -30,8 +34,8 @@
  * (model, GPU row, device and driver as nvidia-smi reports them, backend, options, tandem's
  * version, date, the command), then CSV, one row per point:
  *   kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,
- *   prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,
- *   p90_ms,min_ms,max_ms
+ *   padding_tokens,prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,
+ *   median_ms,p10_ms,p90_ms,min_ms,max_ms
  * The shape columns are core/batch.h's step_shape, as steps.csv writes them.
  *
  * With --kernel-trace (cuda), FILE less .csv plus .kernels.csv gets each point's kernel time by
@@ -118,6 +122,7 @@ typedef struct grid_point {
     const char *kind;
     int32_t n_prefill, chunk, chunk_ctx;
     int32_t n_short, ctx_short, n_long, ctx_long;
+    int32_t pad; /* padding rows (static batching) */
 } grid_point;
 
 typedef struct grid {
@@ -132,8 +137,9 @@ static int64_t blocks_for(const grid *g, int64_t tokens) { return (tokens + g->b
 /* Adds p if it fits the budgets and the KV cache. */
 static void grid_add(grid *g, grid_point p)
 {
-    int32_t seqs = p.n_prefill + p.n_short + p.n_long;
-    int64_t tokens = (int64_t)p.n_prefill * p.chunk + p.n_short + p.n_long;
+    /* a static batch's members: beside decodes, the padding rows are its finished members */
+    int32_t seqs = p.n_prefill + p.n_short + p.n_long + (p.n_prefill ? 0 : p.pad);
+    int64_t tokens = (int64_t)p.n_prefill * p.chunk + p.n_short + p.n_long + p.pad;
     int64_t blocks = p.n_prefill * blocks_for(g, (int64_t)p.chunk_ctx + p.chunk) +
                      p.n_short * blocks_for(g, (int64_t)p.ctx_short + 1) + p.n_long * blocks_for(g, (int64_t)p.ctx_long + 1);
     int32_t longest = max_i32(p.n_prefill ? p.chunk_ctx + p.chunk : 0, max_i32(p.n_short ? p.ctx_short + 1 : 0,
@@ -192,6 +198,21 @@ static void grid_build(grid *g)
             grid_add(g, (grid_point){.kind = "mixed", .n_prefill = prompts, .chunk = 512, .n_short = mixed_dec[i],
                                      .ctx_short = mixed_ctx});
     }
+    /* Static batching's steps (policies/static.c): k prompts of n tokens padded to the batch's
+     * longest, L; and B decodes beside the rows of the batch's finished members. Padding rows
+     * are sequences of their own to the engine, and identical rows draw less power than real
+     * ones: a static run's padded prefills take the time of a real prompt that size run cold
+     * (docs/costmodel.md). */
+    static const int32_t padded_prompts[][3] = {{1, 16, 256}, {2, 32, 128}, {1, 16, 2048},
+                                                {4, 128, 512}, {8, 64, 512}, {16, 256, 512}};
+    for (size_t i = 0; i < ARRAY_LEN(padded_prompts); i++) {
+        int32_t k = padded_prompts[i][0], n = padded_prompts[i][1], L = padded_prompts[i][2];
+        grid_add(g, (grid_point){.kind = "prefill", .n_prefill = k, .chunk = n, .pad = k * (L - n)});
+    }
+    static const int32_t padded_decodes[][2] = {{1, 8}, {4, 8}, {1, 64}, {4, 64}, {16, 64}, {32, 64}, {8, 256}};
+    for (size_t i = 0; i < ARRAY_LEN(padded_decodes); i++)
+        grid_add(g, (grid_point){.kind = "decode", .n_short = padded_decodes[i][0], .ctx_short = mixed_ctx,
+                                 .pad = padded_decodes[i][1] - padded_decodes[i][0]});
 }
 
 /* Puts the free blocks in a seeded random order, so the points' block tables are scattered over
@@ -293,6 +314,7 @@ static int point_build(kv_manager *kv, request *reqs, batch *b, const grid_point
     for (int32_t i = 0; i < p->n_long && !rc; i++, (*k)++) rc = make_item(kv, &reqs[*k], *k, p->ctx_long, 1, true, b);
     for (int32_t i = 0; i < p->n_prefill && !rc; i++, (*k)++)
         rc = make_item(kv, &reqs[*k], *k, p->chunk_ctx, p->chunk, false, b);
+    b->num_padding_tokens = p->pad;
     return rc ? terr_set(e, "profile: the KV cache ran out building a %s point (a grid bug)", p->kind) : 0;
 }
 
@@ -444,7 +466,7 @@ static void write_header(FILE *f, const profile_options *o, const serving_setup 
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    fprintf(f, "# tandem profile 1\n");
+    fprintf(f, "# tandem profile 2\n");
     fprintf(f, "# model: %s\n", su->model.name);
     fprintf(f, "# model_spec: %s\n", o->serving.model);
     fprintf(f, "# gpu: %s\n", su->gpu->name);
@@ -543,6 +565,7 @@ int profile_main(int argc, char **argv)
     if (check_device(&o, &su, device, &e)) goto fail;
     su.sched.max_num_seqs = (int32_t)o.serving.max_num_seqs;
     su.sched.max_num_batched_tokens = (int32_t)o.serving.max_num_batched_tokens;
+    o.engine.padded_steps = true; /* the grid's padded points */
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;
     if (o.settle_ms < 0) o.settle_ms = strcmp(eng.ops->name, "cuda") ? 0 : GPU_SETTLE_MS;
     opened = true;
@@ -575,7 +598,7 @@ int profile_main(int argc, char **argv)
         kf = kout.f;
         fprintf(kf, "# tandem profile kernels 1\n# profile: %s\n# model: %s\n# gpu: %s\n", o.profile_out,
                 su.model.name, su.gpu->name);
-        fprintf(kf, "kind,num_prefill_seqs,num_decode_seqs,prefill_tokens,decode_tokens,decode_keys,max_keys,"
+        fprintf(kf, "kind,num_prefill_seqs,num_decode_seqs,prefill_tokens,decode_tokens,padding_tokens,decode_keys,max_keys,"
                     "median_ms,kernel_ms,kernel_busy");
         for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%s_ms", kernel_kind_names[j]);
         fprintf(kf, ",gap_ms\n");
@@ -587,15 +610,16 @@ int profile_main(int argc, char **argv)
             code = 1;
             goto fail;
         }
-        fprintf(f, "%s,%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f\n", g.p[i].kind,
+        fprintf(f, "%s,%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f\n", g.p[i].kind,
                 s.num_prefill_seqs, s.num_decode_seqs, s.num_emitting, (long long)s.prefill_tokens,
-                (long long)s.decode_tokens, (long long)s.prefill_pairs2, (long long)s.prefill_keys,
+                (long long)s.decode_tokens, (long long)s.padding_tokens, (long long)s.prefill_pairs2,
+                (long long)s.prefill_keys,
                 (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys, (long long)o.repeats, m.median, m.p10,
                 m.p90, m.min, m.max);
         if (kf) {
-            fprintf(kf, "%s,%d,%d,%lld,%lld,%lld,%d,%.4f,%.4f,%.4f", g.p[i].kind, s.num_prefill_seqs,
+            fprintf(kf, "%s,%d,%d,%lld,%lld,%lld,%lld,%d,%.4f,%.4f,%.4f", g.p[i].kind, s.num_prefill_seqs,
                     s.num_decode_seqs, (long long)s.prefill_tokens, (long long)s.decode_tokens,
-                    (long long)s.decode_keys, s.max_keys, m.median, m.kernel_ms, m.busy);
+                    (long long)s.padding_tokens, (long long)s.decode_keys, s.max_keys, m.median, m.kernel_ms, m.busy);
             for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%.4f", m.kind_ms[j]);
             fprintf(kf, ",%.4f\n", m.gap_ms);
         }

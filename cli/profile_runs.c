@@ -42,12 +42,12 @@
 /* steps.csv's columns this reads; the shape ones (S_PREFILL_SEQS .. S_MAX_KEYS) in the profile's
  * column order. */
 enum {
-    S_START, S_DURATION, S_PREFILL_SEQS, S_DECODE_SEQS, S_EMITTING, S_PREFILL_TOKENS, S_DECODE_TOKENS, S_PAIRS2,
-    S_PREFILL_KEYS, S_DECODE_KEYS, S_DECODE_KEYS_SQ, S_MAX_KEYS, S_PADDING, S_SWAP, NUM_STEP_COLS
+    S_START, S_DURATION, S_PREFILL_SEQS, S_DECODE_SEQS, S_EMITTING, S_PREFILL_TOKENS, S_DECODE_TOKENS, S_PADDING,
+    S_PAIRS2, S_PREFILL_KEYS, S_DECODE_KEYS, S_DECODE_KEYS_SQ, S_MAX_KEYS, S_SWAP, NUM_STEP_COLS
 };
 static const char *const step_cols[NUM_STEP_COLS] = {
     "start_s", "duration_ms", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens", "decode_tokens",
-    "prefill_pairs2", "prefill_keys", "decode_keys", "decode_keys_sq", "max_keys", "padding_tokens", "swap_blocks"};
+    "padding_tokens", "prefill_pairs2", "prefill_keys", "decode_keys", "decode_keys_sq", "max_keys", "swap_blocks"};
 #define NUM_SHAPE (S_MAX_KEYS - S_PREFILL_SEQS + 1)
 
 typedef struct run_step {
@@ -68,7 +68,7 @@ typedef struct run_identity {
 } run_identity;
 
 typedef struct skipped {
-    int64_t swap, padded, zero;
+    int64_t swap, zero;
 } skipped;
 
 typedef struct from_runs_options {
@@ -91,7 +91,7 @@ static const char *usage =
     "Writes a profile calibrated on measured serving runs (`tandem run --out DIR`): the base\n"
     "profile's rows, then one row per distinct step shape of the runs' steps.csv (repeats = how\n"
     "many steps had it; median, p10, p90, min and max of their duration_ms). Steps that swapped\n"
-    "or carried padding rows are skipped and counted in the header.";
+    "are skipped and counted in the header.";
 
 static char *path_join(const char *dir, const char *name)
 {
@@ -172,8 +172,8 @@ static step_shape shape_of(const int64_t *v)
 {
     step_shape s = {
         .num_prefill_seqs = (int32_t)v[0], .num_decode_seqs = (int32_t)v[1], .num_emitting = (int32_t)v[2],
-        .prefill_tokens = v[3], .decode_tokens = v[4], .prefill_pairs2 = v[5], .prefill_keys = v[6],
-        .decode_keys = v[7], .decode_keys_sq = v[8], .max_keys = (int32_t)v[9],
+        .prefill_tokens = v[3], .decode_tokens = v[4], .padding_tokens = v[5], .prefill_pairs2 = v[6],
+        .prefill_keys = v[7], .decode_keys = v[8], .decode_keys_sq = v[9], .max_keys = (int32_t)v[10],
     };
     s.num_items = s.num_prefill_seqs + s.num_decode_seqs;
     return s;
@@ -214,18 +214,12 @@ static int read_steps(const char *dir, const run_identity *id, run_step **steps,
         }
         (*total)++;
         step_shape sh = shape_of(&v[S_PREFILL_SEQS]);
-        sh.padding_tokens = v[S_PADDING];
         int64_t start_ns = llround(start_s * 1e9), ns = llround(ms * 1e6);
         double h = heat_at(&gpu_heat, start_ns), load = heat_load(&id->mc, &sh, ns, id->spec->peak_bf16_flops);
         heat_add(&gpu_heat, start_ns, ns, load);
-        /* what the format cannot hold: the copies of a swap are priced apart from the forward
-         * pass, and padding rows have no column */
+        /* what the format cannot hold: the copies of a swap, priced apart from the forward pass */
         if (v[S_SWAP] > 0 || v[S_PREFILL_SEQS] + v[S_DECODE_SEQS] == 0) {
             sk->swap++;
-            continue;
-        }
-        if (v[S_PADDING] > 0) {
-            sk->padded++;
             continue;
         }
         if (!(ms > 0) || v[S_PREFILL_TOKENS] + v[S_DECODE_TOKENS] == 0) {
@@ -266,10 +260,15 @@ static int fit_heat(const run_identity *id, const char *base_path, const run_ste
     co.block_size = (int32_t)id->block_size;
     co.arg = base_path;
     void *base = profile_cost_model.create(&id->mc, id->spec, &co, e);
-    if (!base) return -1;
+    if (!base) { /* the base's rows are checked here, as the profile model reads them */
+        char why[sizeof e->msg];
+        snprintf(why, sizeof why, "%s", e->msg);
+        return terr_set(e, "--base %s", why);
+    }
     double *x = xmalloc((n + 1) * sizeof *x), *y = xmalloc((n + 1) * sizeof *y);
     for (size_t i = 0; i < n; i++) {
         step_shape sh = shape_of(steps[i].shape);
+        if (sh.padding_tokens) continue; /* identical padding rows draw less power than their load says */
         sh.heat = steps[i].load; /* the base's rows are back-to-back measurements: the heat of their load */
         double predicted = (double)profile_cost_model.step_ns(base, &sh) / 1e6;
         if (!(predicted > 0)) continue;
@@ -311,6 +310,7 @@ typedef struct base_profile {
     run_identity id;
     char device[256], command[2048], hash[17];
     double heat_alpha;   /* its `# heat_alpha:` (a probed grid's), 0 without one */
+    bool unpadded;       /* its rows have no padding_tokens column */
 } base_profile;
 
 static int base_read(base_profile *b, const char *path, terr *e)
@@ -349,33 +349,14 @@ static int base_read(base_profile *b, const char *path, terr *e)
                                 line + 14);
             continue;
         }
-        if (!header) {
-            if (strcmp(line, profile_columns_header))
+        if (!header) { /* the columns as written now, or without padding_tokens (the rows get 0) */
+            if (strcmp(line, profile_columns_header) && strcmp(line, profile_columns_header_unpadded))
                 return terr_set(e, "--base %s:%d: not a profile's header row (not a tandem profile?)", path, line_no);
+            b->unpadded = strcmp(line, profile_columns_header) != 0;
             header = true;
             continue;
         }
-        /* checked as the profile model will read it: counts, then positive times */
-        int fields = 1;
-        for (const char *c = line; *c; c++) fields += *c == ',';
-        if (fields != 17) return terr_set(e, "--base %s:%d: %d fields, a profile row has 17", path, line_no, fields);
-        char copy[1024];
-        snprintf(copy, sizeof copy, "%s", line);
-        char *save = NULL, *f = strtok_r(copy, ",", &save);
-        for (int k = 1; k < 17; k++) {
-            int64_t iv;
-            double dv;
-            f = strtok_r(NULL, ",", &save);
-            bool ok = f && (k < 12 ? !parse_i64(f, &iv) && iv >= (k == 11) : !parse_f64(f, &dv) && dv > 0);
-            if (!ok) {
-                char names[512], *nsave = NULL, *name;
-                snprintf(names, sizeof names, "%s", profile_columns_header);
-                name = strtok_r(names, ",", &nsave);
-                for (int c = 0; c < k; c++) name = strtok_r(NULL, ",", &nsave);
-                return terr_set(e, "--base %s:%d: %s \"%s\" is not a %s", path, line_no, name, f ? f : "",
-                                k < 12 ? "count" : "positive time");
-            }
-        }
+        /* the rows' values are checked as the profile model reads the file (fit_heat) */
         grow_array((void **)&b->row, sizeof *b->row, &b->cap, b->num_rows + 1);
         b->row[b->num_rows++] = line;
     }
@@ -534,7 +515,7 @@ int profile_from_runs_main(int argc, char **argv)
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    fprintf(f, "# tandem profile 1\n");
+    fprintf(f, "# tandem profile 2\n");
     fprintf(f, "# model: %s\n# model_spec: %s\n# gpu: %s\n", id.model, id.model_spec, id.gpu);
     fprintf(f, "# device: %s\n", have_base                     ? base.device
                                  : !strcmp(id.backend, "cpu") ? "cpu (the reference backend)"
@@ -543,8 +524,8 @@ int profile_from_runs_main(int argc, char **argv)
     int64_t total = 0;
     for (size_t r = 0; r < num_runs; r++) total += runs[r].steps;
     fprintf(f, "# from_runs: %zu runs, %" PRId64 " steps, %zu kept as %d rows (one per distinct shape); skipped %" PRId64
-               " that swapped, %" PRId64 " with padding rows, %" PRId64 " timed at 0\n",
-            num_runs, total, n, shapes, sk.swap, sk.padded, sk.zero);
+               " that swapped, %" PRId64 " timed at 0\n",
+            num_runs, total, n, shapes, sk.swap, sk.zero);
     fprintf(f, "# heat_alpha: %.4f\n", hf.alpha);
     if (base_heat)
         fprintf(f, "# heat: the base's (not fitted on the runs: %s)\n", hf.why_not);
@@ -563,7 +544,12 @@ int profile_from_runs_main(int argc, char **argv)
     fprintf(f, "# tandem: %s\n# date: %s\n# command: tandem", tandem_version, date);
     for (int i = 0; i < argc; i++) fprintf(f, " %s", argv[i]);
     fprintf(f, "\n%s\n", profile_columns_header);
-    for (size_t i = 0; i < base.num_rows; i++) fprintf(f, "%s\n", base.row[i]);
+    for (size_t i = 0; i < base.num_rows; i++) { /* a row without padding_tokens gets 0 after decode_tokens */
+        const char *r = base.row[i], *c = r;
+        for (int k = 0; base.unpadded && k < 6 && c; k++) c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL;
+        if (base.unpadded && c) fprintf(f, "%.*s0,%s\n", (int)(c - r), r, c);
+        else fprintf(f, "%s\n", r);
+    }
     write_rows(f, steps, n);
     if (out_atomic_close(&out, true, &e)) {
         code = 1;
@@ -571,8 +557,8 @@ int profile_from_runs_main(int argc, char **argv)
     }
     if (!o.quiet)
         printf("profile: %zu rows of the base and %d shapes from %zu steps of %zu runs (%" PRId64 " swapped, %" PRId64
-               " padded, %" PRId64 " at 0 skipped) -> %s\n",
-               base.num_rows, shapes, n, num_runs, sk.swap, sk.padded, sk.zero, o.out);
+               " at 0 skipped) -> %s\n",
+               base.num_rows, shapes, n, num_runs, sk.swap, sk.zero, o.out);
     code = 0;
     goto done;
 fail:

@@ -16,22 +16,29 @@
 /* The linear terms after G's knots, in this order. */
 enum {
     F_DECODE_KEYS, F_DECODE_SEQS, F_DECODE_GRID, F_DECODE_PARTITION, F_PREFILL_PAIRS2, F_PREFILL_KEYS, F_EMITTING,
-    F_DECODE_ONLY, F_MIXED, NUM_LINEAR
+    F_DECODE_ONLY, F_MIXED, F_PADDING_PREFILL, F_PADDING_DECODE, NUM_LINEAR
 };
 _Static_assert(PROFILE_MIN_POINTS == NUM_LINEAR + 2, "the fewest points: the linear terms and two knots");
 static const char *const linear_names[NUM_LINEAR] = {
-    "decode_keys", "decode_seqs", "decode_grid", "decode_partition", "prefill_pairs2",
-    "prefill_keys", "emitting",   "decode_only", "mixed"};
+    "decode_keys", "decode_seqs", "decode_grid", "decode_partition", "prefill_pairs2",  "prefill_keys",
+    "emitting",    "decode_only", "mixed",       "padding_prefill",  "padding_decode"};
 
-/* Columns of a profile row, by name. */
-static const char *const columns[] = {"kind", "num_prefill_seqs", "num_decode_seqs", "num_emitting", "prefill_tokens",
-                                      "decode_tokens", "prefill_pairs2", "prefill_keys", "decode_keys",
-                                      "decode_keys_sq", "max_keys", "repeats", "median_ms", "p10_ms", "p90_ms",
-                                      "min_ms", "max_ms"};
+/* Columns of a profile row, by name: the shape (core/batch.h's step_shape), repeats, then the
+ * time's statistics. A file without padding_tokens (written before steps had padding rows to
+ * measure) is read with none. */
+static const char *const columns[] = {"kind",           "num_prefill_seqs", "num_decode_seqs", "num_emitting",
+                                      "prefill_tokens", "decode_tokens",    "padding_tokens",  "prefill_pairs2",
+                                      "prefill_keys",   "decode_keys",      "decode_keys_sq",  "max_keys",
+                                      "repeats",        "median_ms",        "p10_ms",          "p90_ms",
+                                      "min_ms",         "max_ms"};
 #define NUM_COLUMNS ((int)ARRAY_LEN(columns))
+enum { C_PADDING = 6, C_REPEATS = 12, C_MEDIAN = 13 };
 const char profile_columns_header[] = "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
-                                      "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,"
-                                      "median_ms,p10_ms,p90_ms,min_ms,max_ms";
+                                      "padding_tokens,prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,"
+                                      "repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms";
+const char profile_columns_header_unpadded[] = "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,"
+                                               "decode_tokens,prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,"
+                                               "max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms";
 #define MAX_KNOTS 256
 
 typedef struct point {
@@ -120,6 +127,11 @@ static void linear_features(const profile_model *pm, const step_shape *s, double
     l[F_EMITTING] = s->num_emitting;
     l[F_DECODE_ONLY] = s->num_decode_seqs > 0 && s->num_prefill_seqs == 0;
     l[F_MIXED] = s->num_decode_seqs > 0 && s->num_prefill_seqs > 0;
+    /* padding rows (static batching) beyond G's price of a token: the engine runs them as
+     * sequences of their own, prompts of up to a block from scratch beside a prefill, one-key
+     * decodes in a step of decodes, and identical rows draw less power than real ones */
+    l[F_PADDING_PREFILL] = s->prefill_tokens > 0 ? (double)s->padding_tokens : 0;
+    l[F_PADDING_DECODE] = s->prefill_tokens > 0 ? 0 : (double)s->padding_tokens;
 }
 
 /* The row of the design matrix for s (the fit): G's hat functions, then the linear terms. */
@@ -214,7 +226,7 @@ static const char *profile_text(const char *path, char **owned, terr *e)
 static int read_profile(profile_model *pm, const char *path, char *text, point **out, int32_t *n, terr *e)
 {
     int rc = 0, line_no = 0;
-    bool have_header = false;
+    bool have_header = false, padded = true;
     size_t cap = 0;
     *out = NULL;
     *n = 0;
@@ -244,36 +256,44 @@ static int read_profile(profile_model *pm, const char *path, char *text, point *
             if (comma) *comma++ = 0;
             f = comma;
         }
-        if (nf != NUM_COLUMNS) {
-            rc = terr_set(e, "%s:%d: %d fields, a profile row has %d", path, line_no, nf, NUM_COLUMNS);
-            break;
-        }
-        if (!have_header) {
-            for (int i = 0; i < NUM_COLUMNS && !rc; i++)
-                if (strcmp(field[i], columns[i]))
+        if (!have_header) { /* with padding_tokens, or without */
+            padded = nf == NUM_COLUMNS;
+            if (nf != NUM_COLUMNS && nf != NUM_COLUMNS - 1) {
+                rc = terr_set(e, "%s:%d: %d fields, a profile row has %d", path, line_no, nf, NUM_COLUMNS);
+                break;
+            }
+            for (int i = 0; i < nf && !rc; i++) {
+                const char *want = columns[!padded && i >= C_PADDING ? i + 1 : i];
+                if (strcmp(field[i], want))
                     rc = terr_set(e, "%s:%d: column %d is \"%s\", expected \"%s\" (not a tandem profile?)", path,
-                                  line_no, i + 1, field[i], columns[i]);
+                                  line_no, i + 1, field[i], want);
+            }
             have_header = true;
             continue;
         }
-        int64_t v[NUM_COLUMNS];
+        if (nf != NUM_COLUMNS - !padded) {
+            rc = terr_set(e, "%s:%d: %d fields, a profile row has %d", path, line_no, nf, NUM_COLUMNS - !padded);
+            break;
+        }
+        int64_t v[NUM_COLUMNS] = {0};
         double ms = 0;
-        for (int i = 1; i < NUM_COLUMNS && !rc; i++) {
-            if (i >= 12) {
+        for (int f = 1; f < nf && !rc; f++) {
+            int i = !padded && f >= C_PADDING ? f + 1 : f; /* the column */
+            if (i >= C_MEDIAN) {
                 double d;
-                if (parse_f64(field[i], &d) || !(d > 0))
-                    rc = terr_set(e, "%s:%d: %s \"%s\" is not a positive number", path, line_no, columns[i], field[i]);
-                if (i == 12) ms = d;
-            } else if (parse_i64(field[i], &v[i]) || v[i] < (i == 11) || v[i] > ((int64_t)1 << 50)) {
-                rc = terr_set(e, "%s:%d: %s \"%s\" is not a count%s", path, line_no, columns[i], field[i],
-                              i == 11 ? " of at least 1" : "");
+                if (parse_f64(field[f], &d) || !(d > 0))
+                    rc = terr_set(e, "%s:%d: %s \"%s\" is not a positive number", path, line_no, columns[i], field[f]);
+                if (i == C_MEDIAN) ms = d;
+            } else if (parse_i64(field[f], &v[i]) || v[i] < (i == C_REPEATS) || v[i] > ((int64_t)1 << 50)) {
+                rc = terr_set(e, "%s:%d: %s \"%s\" is not a count%s", path, line_no, columns[i], field[f],
+                              i == C_REPEATS ? " of at least 1" : "");
             }
         }
         if (rc) break;
         step_shape s = {
             .num_prefill_seqs = (int32_t)v[1], .num_decode_seqs = (int32_t)v[2], .num_emitting = (int32_t)v[3],
-            .prefill_tokens = v[4], .decode_tokens = v[5], .prefill_pairs2 = v[6], .prefill_keys = v[7],
-            .decode_keys = v[8], .decode_keys_sq = v[9], .max_keys = (int32_t)v[10],
+            .prefill_tokens = v[4], .decode_tokens = v[5], .padding_tokens = v[C_PADDING], .prefill_pairs2 = v[7],
+            .prefill_keys = v[8], .decode_keys = v[9], .decode_keys_sq = v[10], .max_keys = (int32_t)v[11],
         };
         s.num_items = s.num_prefill_seqs + s.num_decode_seqs;
         if (s.num_items == 0 || s.prefill_tokens + s.decode_tokens == 0) {
@@ -285,7 +305,7 @@ static int read_profile(profile_model *pm, const char *path, char *text, point *
             break;
         }
         grow_array((void **)out, sizeof **out, &cap, (size_t)*n + 1);
-        (*out)[(*n)++] = (point){s, ms, (double)v[11]};
+        (*out)[(*n)++] = (point){s, ms, (double)v[C_REPEATS]};
     }
     if (!rc && !have_header) rc = terr_set(e, "%s: no header row (not a tandem profile?)", path);
     if (!rc && *n < PROFILE_MIN_POINTS) rc = terr_set(e, "%s: %d points are too few to fit a profile", path, *n);
@@ -448,10 +468,18 @@ static int fit_text(profile_model *pm, char *text, terr *e)
     int rc = read_profile(pm, pm->path, text, &pts, &n, e);
     if (!rc) {
         place_knots(pm, pts, n);
-        if (n < pm->num_knots + NUM_LINEAR)
+        bool used[NUM_LINEAR] = {0}; /* a term no point exercises is no unknown: the fit leaves it out */
+        int32_t terms = 0;
+        for (int32_t i = 0; i < n; i++) {
+            double l[NUM_LINEAR];
+            linear_features(pm, &pts[i].s, l);
+            for (int j = 0; j < NUM_LINEAR; j++) used[j] |= l[j] != 0;
+        }
+        for (int j = 0; j < NUM_LINEAR; j++) terms += used[j];
+        if (n < pm->num_knots + terms)
             rc = terr_set(e, "%s: %d points for %d unknowns (G at %d token counts and %d terms): the fit is not "
                              "determined; measure more shapes at the same token counts",
-                          pm->path, n, pm->num_knots + NUM_LINEAR, pm->num_knots, NUM_LINEAR);
+                          pm->path, n, pm->num_knots + terms, pm->num_knots, terms);
     }
     if (!rc) {
         gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */

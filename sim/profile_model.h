@@ -3,8 +3,10 @@
  * measurements (`tandem profile`, cli/profile_cmd.c), chosen with --cost-model profile:FILE.
  *
  * A step's time is modelled as
- *   t = G(T) + a_dk decode_keys + a_ds decode_seqs + a_dg decode_grid + a_pp prefill_pairs2
- *       + a_pk prefill_keys + a_e emitting + a_d [decode only] + a_m [prefill and decode together]
+ *   t = G(T) + a_dk decode_keys + a_ds decode_seqs + a_dg decode_grid + a_dp decode_partition
+ *       + a_pp prefill_pairs2 + a_pk prefill_keys + a_e emitting + a_d [decode only]
+ *       + a_m [prefill and decode together] + a_xp padding [beside a prefill]
+ *       + a_xd padding [beside decodes only]
  *       + swap_blocks x (a block's K and V over the GPU row's host link)
  * where T = prefill + decode tokens (+ padding rows, which go through every GEMM), decode_grid
  * is the decode attention grid the engine launches (every decode given the power-of-two bucket
@@ -12,9 +14,11 @@
  * count the profile measured (so the engine's changes of kernel path, e.g. the weight-streaming
  * GEMM up to 8 rows, are where they are), and the linear terms price attention (KV read and
  * causal pairs), the LM head and sampler, CUDA-graph replay of pure decode steps and the
- * flattened mixed pass. The engine neither swaps nor pads, so those two terms are not measured:
- * swaps are priced at the host link's rate, as the roofline prices them, and padding rows as
- * tokens. Every term is linear in the unknowns, so one weighted least-squares fit
+ * flattened mixed pass, and what a padding row (static batching) costs beyond a token: the
+ * engine runs padding rows as sequences of their own, and identical rows draw less power (the
+ * grid's padded points and a static run's steps fit them; without either, a padding row is
+ * priced as a token). The engine's swaps are not in the
+ * grid: they are priced at the host link's rate, as the roofline prices them. Every term is linear in the unknowns, so one weighted least-squares fit
  * (GSL, weights 1/t^2: relative error is what is minimised) learns all of them at once; uneven
  * contexts enter through the sums, mixed steps through the same terms as their parts.
  * A row is weighted by its repeats too (it stands for that many measured steps: a profile
@@ -46,9 +50,13 @@ extern const cost_model_ops profile_cost_model;
 /* A profile file's CSV header row, without the newline: the shape columns (core/batch.h's
  * step_shape, as steps.csv writes them), then repeats and the time's statistics in ms. */
 extern const char profile_columns_header[];
-/* Fewer rows than this are refused: the fit has 9 linear terms besides G's knots (and a file
- * with fewer rows than unknowns, G at each distinct token count and the terms, is refused too). */
-#define PROFILE_MIN_POINTS 11
+/* The same without padding_tokens, as profiles measured before padded steps were have it: read
+ * with no padding. */
+extern const char profile_columns_header_unpadded[];
+/* Fewer rows than this are refused: the fit has 11 linear terms besides G's knots (and a file
+ * with fewer rows than unknowns, G at each distinct token count and the terms its rows use, is
+ * refused too). */
+#define PROFILE_MIN_POINTS 13
 /* More rows than this are refused (the fit's time and memory grow with them). */
 #define PROFILE_MAX_POINTS 100000
 

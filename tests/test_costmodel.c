@@ -445,6 +445,52 @@ START_TEST(test_profile_prices_the_heat)
 }
 END_TEST
 
+/* Padding rows beside decodes (a static batch's finished members), read from the profile's
+ * padding_tokens column: a law that charges them 0.01 ms each beyond G's price of a token is
+ * recovered to 0.5% at shapes no row has (read as no padding, 12 rows beside 4 decodes come out
+ * 3% short). */
+static double padded_law_ms(const step_shape *s)
+{
+    double T = (double)(s->decode_tokens + s->padding_tokens);
+    return 3 + 0.5 * log2(T) + 2e-5 * (double)s->decode_keys + 0.01 * (double)s->padding_tokens;
+}
+START_TEST(test_profile_prices_padding_rows)
+{
+    char *dir = make_temp_dir("padprof"), path[4200];
+    snprintf(path, sizeof path, "%s/pad.csv", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f, "cannot write %s", path);
+    fputs("# model: llama-2-7b\n# gpu: h200\n# block_size: 16\n"
+          "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,padding_tokens,"
+          "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,"
+          "max_ms\n",
+          f);
+    for (int32_t seqs = 1; seqs <= 64; seqs++)
+        for (int32_t pad = 0; pad <= 32; pad += 8)
+            for (int32_t ctx = 200; ctx <= 400; ctx += 200) {
+                if (pad && (seqs + pad > 64 || seqs % 3)) continue;
+                step_shape s = decode_shape(seqs, ctx);
+                s.padding_tokens = pad;
+                double ms = padded_law_ms(&s);
+                fprintf(f, "decode,0,%d,%d,0,%lld,%d,0,0,%lld,%lld,%d,1,%.6f,%.6f,%.6f,%.6f,%.6f\n", seqs, seqs,
+                        (long long)s.decode_tokens, pad, (long long)s.decode_keys, (long long)s.decode_keys_sq,
+                        s.max_keys, ms, ms, ms, ms, ms);
+            }
+    fclose(f);
+    void *m = open_profile(path);
+    const int32_t probe[][3] = {{4, 12, 300}, {16, 48, 250}, {1, 63, 350}}; /* decodes, padding rows, context */
+    for (size_t i = 0; i < ARRAY_LEN(probe); i++) {
+        step_shape s = decode_shape(probe[i][0], probe[i][2]);
+        s.padding_tokens = probe[i][1];
+        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = padded_law_ms(&s);
+        ck_assert_msg(fabs(got / want - 1) < 5e-3, "%d decodes beside %d padding rows at %d: %.5f ms, the law says %.5f",
+                      probe[i][0], probe[i][1], probe[i][2], got, want);
+    }
+    profile_cost_model.destroy(m);
+    rm_tree(dir);
+}
+END_TEST
+
 /* Two rows of one shape that disagree (10 ms once, 20 ms in `repeats` steps): the fit weights
  * a row by 1/t^2 times its repeats, so the prediction is the weighted mean
  * (10/100 + r 20/400) / (1/100 + r/400): 12 ms when r = 1, 19.61 ms when r = 99. */
@@ -1110,6 +1156,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_profile_prices_the_decode_partition);
     tcase_add_test(tc, test_heat_is_the_load_averaged_over_time);
     tcase_add_test(tc, test_profile_prices_the_heat);
+    tcase_add_test(tc, test_profile_prices_padding_rows);
     tcase_add_test(tc, test_profile_fits_are_reused_by_text_not_by_name);
     suite_add_tcase(s, tc);
     return s;

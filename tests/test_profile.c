@@ -67,7 +67,7 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
 {
     char *text = slurp(profile, NULL);
     ck_assert_msg(text, "no profile written");
-    const char *want[] = {"# tandem profile 1\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
+    const char *want[] = {"# tandem profile 2\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
                           "# block_size: 16\n", "# settle_ms: 0\n", "# tandem: ", "# date: ", "# command: tandem profile",
                           "\nkind,num_prefill_seqs,", "\nprefill,", "\ndecode,", "\nmixed,"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -113,9 +113,11 @@ START_TEST(settle_runs_each_point_untimed_first)
     snprintf(table, sizeof table, "%s/settled.kernels.csv", dir);
     ck_assert_msg(strstr(text, "# kernel_trace: off\n") && access(table, F_OK) != 0,
                   "--kernel-trace on the CPU engine: the header or a kernel table says it traced");
-    ck_assert_msg(strstr(text, "\nmixed,2,1,3,1024,1,"), "no step of two 512-token prompts beside a decode:\n%s",
+    ck_assert_msg(strstr(text, "\nmixed,2,1,3,1024,1,0,"), "no step of two 512-token prompts beside a decode:\n%s",
                   text);
-    ck_assert_msg(strstr(text, "\ndecode,0,8,8,0,8,0,0,2311,724487,512,"),
+    ck_assert_msg(strstr(text, "\ndecode,0,4,4,0,4,4,") && strstr(text, "\nprefill,1,0,1,16,0,240,"),
+                  "no padded steps (4 decodes beside 4 finished members; a prompt of 16 padded to 256):\n%s", text);
+    ck_assert_msg(strstr(text, "\ndecode,0,8,8,0,8,0,0,0,2311,724487,512,"),
                   "no decode step of 7 sequences at 256 tokens and one at 511:\n%s", text);
     int rows = 0;
     for (char *p = strstr(text, "\nkind,"); p && (p = strchr(p + 1, '\n'));) rows += p[1] && p[1] != '#';
@@ -211,7 +213,7 @@ START_TEST(simulation_from_the_profile_matches_the_engine)
 }
 END_TEST
 
-/* Eleven prefills, each of its own token count: G alone has as many unknowns as there are rows. */
+/* Thirteen prefills, each of its own token count: G alone has as many unknowns as there are rows. */
 #define UNDETERMINED_ROW(T) "prefill,1,0,1," #T ",0,0," #T ",0,0," #T ",5,1,1,1,1,1\n"
 #define UNDETERMINED                                                                                                  \
     "# model: tiny-llama2\n# gpu: h200\n# block_size: 16\n"                                                           \
@@ -219,7 +221,7 @@ END_TEST
     "prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms\n"               \
     UNDETERMINED_ROW(16) UNDETERMINED_ROW(32) UNDETERMINED_ROW(48) UNDETERMINED_ROW(64) UNDETERMINED_ROW(80)          \
     UNDETERMINED_ROW(96) UNDETERMINED_ROW(112) UNDETERMINED_ROW(128) UNDETERMINED_ROW(144) UNDETERMINED_ROW(160)      \
-    UNDETERMINED_ROW(176)
+    UNDETERMINED_ROW(176) UNDETERMINED_ROW(192) UNDETERMINED_ROW(208)
 
 START_TEST(bad_profiles_are_named_by_file_and_line)
 {
@@ -233,7 +235,7 @@ START_TEST(bad_profiles_are_named_by_file_and_line)
          "decode,0,1,1,0,1,0,0,129,16641,129,5,-3,1,1,1,1\n",
          ":5: median_ms \"-3\" is not a positive number"},
         {"kind,x\n", ":1: 2 fields"},
-        {UNDETERMINED, ": 11 points for 20 unknowns (G at 11 token counts and 9 terms): the fit is not determined"},
+        {UNDETERMINED, ": 13 points for 15 unknowns (G at 13 token counts and 2 terms): the fit is not determined"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[32], spec[4400];
@@ -414,7 +416,7 @@ static bool repredicts_own_steps(int t, char *why, size_t n)
     char *text = slurp(cal, NULL), want[4500];
     ck_assert_msg(text, "no profile written");
     snprintf(want, sizeof want, "# run: %s/steps.csv xxh3:", run_out);
-    const char *wants[] = {"# tandem profile 1\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
+    const char *wants[] = {"# tandem profile 2\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
                            "# block_size: 16\n", "# from_runs: 1 runs, ", want, "# command: tandem profile --from-runs"};
     for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++)
         ck_assert_msg(strstr(text, wants[i]), "the profile lacks \"%s\":\n%.900s", wants[i], text);
@@ -458,23 +460,23 @@ static void fake_run(const char *name, const char *model, const char *executor_j
 }
 
 #define FAKE_HEADER                                                                                                   \
-    "step,start_s,duration_ms,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,prefill_pairs2,"     \
-    "prefill_keys,decode_keys,decode_keys_sq,max_keys,padding_tokens,swap_blocks\n"
+    "step,start_s,duration_ms,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"            \
+    "padding_tokens,prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,swap_blocks\n"
 #define CPU_EXECUTOR "{\"backend\": \"cpu\"}"
 
 START_TEST(identical_shapes_aggregate_into_one_row)
 {
     /* four decodes of 2 sequences at 100 and 120 keys (1, 2, 3 and 10 ms), one prefill of 64
-     * tokens twice (4 and 6 ms), one padded step and one swap, both skipped */
+     * tokens twice (4 and 6 ms), one padded step (a row of its own) and one swap (skipped) */
     const char *steps = FAKE_HEADER
-        "0,0.000,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
-        "1,0.010,10.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "2,0.020,1.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "3,0.030,6.000,1,0,1,64,0,4160,64,0,0,64,0,0\n"
-        "4,0.040,3.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "5,0.050,9.000,0,3,3,0,3,0,0,300,30000,101,5,0\n"
-        "6,0.060,2.000,0,2,2,0,2,0,0,222,24881,121,0,0\n"
-        "7,0.070,7.000,0,2,2,0,2,0,0,222,24881,121,0,4\n";
+        "0,0.000,4.000,1,0,1,64,0,0,4160,64,0,0,64,0\n"
+        "1,0.010,10.000,0,2,2,0,2,0,0,0,222,24881,121,0\n"
+        "2,0.020,1.000,0,2,2,0,2,0,0,0,222,24881,121,0\n"
+        "3,0.030,6.000,1,0,1,64,0,0,4160,64,0,0,64,0\n"
+        "4,0.040,3.000,0,2,2,0,2,0,0,0,222,24881,121,0\n"
+        "5,0.050,9.000,0,3,3,0,3,5,0,0,300,30000,101,0\n"
+        "6,0.060,2.000,0,2,2,0,2,0,0,0,222,24881,121,0\n"
+        "7,0.070,7.000,0,2,2,0,2,0,0,0,222,24881,121,4\n";
     char run_out[4300], out[4300];
     fake_run("agg", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, run_out, sizeof run_out);
     snprintf(out, sizeof out, "%s/agg.csv", dir);
@@ -483,8 +485,8 @@ START_TEST(identical_shapes_aggregate_into_one_row)
     cli_result_free(&r);
     char *text = slurp(out, NULL), *base = slurp(profile, NULL);
     ck_assert_msg(text && base, "no profile");
-    ck_assert_msg(strstr(text, "8 steps, 6 kept as 2 rows (one per distinct shape); skipped 1 that swapped, 1 with "
-                               "padding rows, 0 timed at 0"),
+    ck_assert_msg(strstr(text, "8 steps, 7 kept as 3 rows (one per distinct shape); skipped 1 that swapped, 0 timed "
+                               "at 0"),
                   "the header does not count what was kept and skipped:\n%.1200s", text);
     ck_assert_msg(strstr(text, "# base: "), "the header does not name the base");
     /* the base's rows come first, as they are */
@@ -493,8 +495,9 @@ START_TEST(identical_shapes_aggregate_into_one_row)
                   "the base's rows are not copied first, unchanged");
     /* then the runs' shapes, prefill before decode; numpy percentiles of {4, 6} and {1, 2, 3, 10} */
     const char *mine = rows + strlen(base_rows);
-    const char *want = "prefill,1,0,1,64,0,4160,64,0,0,64,2,5.0000,4.2000,5.8000,4.0000,6.0000\n"
-                       "decode,0,2,2,0,2,0,0,222,24881,121,4,2.5000,1.3000,7.9000,1.0000,10.0000\n";
+    const char *want = "prefill,1,0,1,64,0,0,4160,64,0,0,64,2,5.0000,4.2000,5.8000,4.0000,6.0000\n"
+                       "decode,0,2,2,0,2,0,0,0,222,24881,121,4,2.5000,1.3000,7.9000,1.0000,10.0000\n"
+                       "decode,0,3,3,0,3,5,0,0,300,30000,101,1,9.0000,9.0000,9.0000,9.0000,9.0000\n";
     ck_assert_msg(!strcmp(mine, want), "the aggregated rows are\n%s\nnot\n%s", mine, want);
     free(text);
     free(base);
@@ -521,11 +524,13 @@ static step_shape decodes_of(int32_t B, int64_t ctx)
                         .decode_keys = B * (ctx + 1), .decode_keys_sq = B * (ctx + 1) * (ctx + 1),
                         .max_keys = (int32_t)(ctx + 1)};
 }
+/* The shape's columns, as a profile row and FAKE_HEADER have them. */
 static void shape_cols(char *buf, size_t n, const step_shape *s)
 {
-    snprintf(buf, n, "%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%d", s->num_prefill_seqs, s->num_decode_seqs,
-             s->num_emitting, (long long)s->prefill_tokens, (long long)s->decode_tokens, (long long)s->prefill_pairs2,
-             (long long)s->prefill_keys, (long long)s->decode_keys, (long long)s->decode_keys_sq, s->max_keys);
+    snprintf(buf, n, "%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d", s->num_prefill_seqs, s->num_decode_seqs,
+             s->num_emitting, (long long)s->prefill_tokens, (long long)s->decode_tokens, (long long)s->padding_tokens,
+             (long long)s->prefill_pairs2, (long long)s->prefill_keys, (long long)s->decode_keys,
+             (long long)s->decode_keys_sq, s->max_keys);
 }
 
 START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
@@ -538,8 +543,8 @@ START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
     char *grid = xmalloc(16384), cols[256];
     size_t len = (size_t)snprintf(grid, 16384, "# model: llama-3-8b\n# gpu: h200\n# block_size: 16\n# backend: cuda\n"
                                         "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,"
-                                        "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,"
-                                        "p10_ms,p90_ms,min_ms,max_ms\n");
+                                        "padding_tokens,prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,"
+                                        "repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms\n");
     static const int64_t T[] = {256, 512, 1024, 1536, 2048};
     static const int32_t B[] = {1, 2, 4, 8, 12, 16, 24, 32};
     for (size_t i = 0; i < 3 * (sizeof T / sizeof T[0] + sizeof B / sizeof B[0]); i++) { /* 3 contexts of each */
@@ -575,7 +580,7 @@ START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
             heat_add(&t, now, ns, heat_load(&mc, &sh, ns, peak));
             if (k >= 10) decode_ms[num_decodes++] = ms;
             shape_cols(cols, sizeof cols, &sh);
-            len += (size_t)snprintf(steps + len, cap - len, "%lld,%.9f,%.6f,%s,0,0\n", (long long)step, (double)now / 1e9,
+            len += (size_t)snprintf(steps + len, cap - len, "%lld,%.9f,%.6f,%s,0\n", (long long)step, (double)now / 1e9,
                                     ms, cols);
             now += ns;
         }
@@ -628,17 +633,40 @@ START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
 }
 END_TEST
 
+/* A base written before profiles had padding_tokens: its rows are copied with padding 0, into a
+ * profile that sim reads. */
+START_TEST(an_unpadded_base_is_copied_with_no_padding)
+{
+    const char *steps = FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,0,4160,64,0,0,64,0\n";
+    char run_out[4300], out[4300], spec[4400];
+    fake_run("unpadded", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, run_out, sizeof run_out);
+    snprintf(out, sizeof out, "%s/fromunpadded.csv", dir);
+    cli_result r = run_cli("profile", "--from-runs", run_out, "--base", "tests/data/profile_unpadded_tiny-llama2.csv",
+                           "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile --from-runs: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(out, NULL);
+    ck_assert_msg(text && strstr(text, "\nprefill,1,0,1,16,0,0,272,16,0,0,16,3,5.0386,"),
+                  "the base's first row is not copied with padding_tokens 0:\n%.2000s", text ? text : "");
+    free(text);
+    snprintf(spec, sizeof spec, "profile:%s", out);
+    r = run_cli("sim", "--trace", trace, "--model", "tiny-llama2", "--cost-model", spec, BUDGETS, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "sim from the profile: %s", r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
 START_TEST(what_cannot_be_calibrated_from_is_refused)
 {
-    const char *steps = FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,4160,64,0,0,64,0,0\n";
+    const char *steps = FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,0,4160,64,0,0,64,0\n";
     char a[4300], b[4300], sim[4300], bad[4300], both[8800], out[4300];
     fake_run("ok", "synthetic:tiny-llama2", CPU_EXECUTOR, steps, a, sizeof a);
     fake_run("other", "synthetic:tiny-llama3", CPU_EXECUTOR, steps, b, sizeof b);
     fake_run("simulated", "tiny-llama2", "{\"cost_model\": \"roofline\"}", steps, sim, sizeof sim);
-    fake_run("badsteps", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,x,64,0,0,64,0,0\n",
+    fake_run("badsteps", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,0.000,4.000,1,0,1,64,0,0,x,64,0,0,64,0\n",
              bad, sizeof bad);
     char baddur[4300], want_dur[4500];
-    fake_run("baddur", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,0.000,abc,1,0,1,64,0,4160,64,0,0,64,0,0\n",
+    fake_run("baddur", "synthetic:tiny-llama2", CPU_EXECUTOR, FAKE_HEADER "0,0.000,abc,1,0,1,64,0,0,4160,64,0,0,64,0\n",
              baddur, sizeof baddur);
     snprintf(want_dur, sizeof want_dur, "%s/steps.csv:2: duration_ms \"abc\" is not a number", baddur);
     snprintf(out, sizeof out, "%s/refused.csv", dir);
@@ -654,7 +682,7 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
                                      "p10_ms,p90_ms,min_ms,max_ms\n"
                                      "decode,0,1,1,0,1,0,0,129,16641,129,5,-3,1,1,1,1\n");
     char want_base[4500];
-    snprintf(want_base, sizeof want_base, "--base %s:6: median_ms \"-3\" is not a positive time", bad_base);
+    snprintf(want_base, sizeof want_base, "--base %s:6: median_ms \"-3\" is not a positive number", bad_base);
     const struct {
         const char *runs, *base, *want;
     } cases[] = {
@@ -664,7 +692,7 @@ START_TEST(what_cannot_be_calibrated_from_is_refused)
         {bad, NULL, want_bad},
         {baddur, NULL, want_dur},
         {dir, NULL, want_nodir},
-        {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 11"},
+        {a, NULL, "1 rows (1 shapes from the runs, 0 from the base), a profile needs 13"},
         {a, bad_base, want_base},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -697,6 +725,7 @@ int main(void)
     tcase_add_test(tc, a_profile_from_a_runs_steps_repredicts_them);
     tcase_add_test(tc, identical_shapes_aggregate_into_one_row);
     tcase_add_test(tc, what_cannot_be_calibrated_from_is_refused);
+    tcase_add_test(tc, an_unpadded_base_is_copied_with_no_padding);
     tcase_add_test(tc, heat_is_fitted_and_taken_out_of_the_rows);
     suite_add_tcase(s, tc);
     return run_suite(s) ? 1 : 0;
