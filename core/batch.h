@@ -31,8 +31,9 @@ typedef struct sched_item {
 
 /* A step's shape: the exact integer sums over its items that a step's cost depends on, and the
  * GPU's heat as it starts. Cost models predict from it, steps.csv records the sums (and the
- * timeline the heat is recomputed from), so a measured step can be re-predicted from its row. For an item of n tokens after c cached ones, a prefill chunk attends n(2c + n + 1) / 2
- * causal (query, key) pairs over c + n keys; a decode attends c + 1 keys. */
+ * timeline the heat is recomputed from), so a measured step can be re-predicted from its row.
+ * For an item of n tokens after c cached ones, a prefill chunk attends n(2c + n + 1) / 2 causal
+ * (query, key) pairs over c + n keys; a decode attends c + 1 keys. */
 typedef struct step_shape {
     int32_t num_items;
     int32_t num_prefill_seqs;   /* items that are not decodes (prompt chunks, recomputation) */

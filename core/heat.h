@@ -22,7 +22,7 @@
 #include "batch.h"
 #include "model_config.h"
 
-/* The memory of the average. The fit is flat from 0.1 to 1 s (docs/costmodel.md). */
+/* The memory of the average. The fit is flat from 0.25 to 1 s (docs/costmodel.md). */
 #define HEAT_TAU_NS 500000000LL
 
 typedef struct heat {
