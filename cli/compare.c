@@ -388,7 +388,7 @@ int compare_steps(const char *steps_csv, const run_results *simulated, FILE *out
         }
         int64_t start_ns = llround(start_s * 1e9), ns = llround(ms * 1e6);
         sh.heat = heat_at(&gpu_heat, start_ns);
-        heat_add(&gpu_heat, start_ns, ns, heat_load(&p.mc, &sh, ns, p.peak_flops));
+        heat_add(&gpu_heat, start_ns, ns, heat_load(heat_flops(&p.mc, &sh), ns, p.peak_flops));
         if (res->kinds.have && add_kinds(&res->kinds, &rd, &p, &sh, e)) goto done;
         /* both on steps.csv's microsecond grid, rounded as core/metrics.c rounds */
         int64_t measured_us = llround(ms * 1e3), predicted_us = llround((double)p.ops->step_ns(p.self, &sh) / 1e3);

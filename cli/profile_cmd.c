@@ -415,11 +415,12 @@ static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, cons
         int32_t k;
         if ((rc = point_build(kv, reqs, b, &res->p[which], &k, e))) break;
         step_shape shape = batch_shape(b);
+        double flops = heat_flops(mc, &shape);
         int64_t begin = clock_mono_ns() - origin;
         for (int64_t now = begin; now - begin < HEAT_PROBE_RUN_MS * 1000000LL && !rc; now = clock_mono_ns() - origin) {
             step_result out = {0};
             if ((rc = ex.ops->execute(ex.self, b, &out, e))) break;
-            double load = heat_load(mc, &shape, out.duration_ns, peak_flops), ms = (double)out.duration_ns / 1e6;
+            double load = heat_load(flops, out.duration_ns, peak_flops), ms = (double)out.duration_ns / 1e6;
             size_t had = cap;
             grow_array((void **)&x, sizeof *x, &cap, n + 1);
             if (cap != had) y = xrealloc(y, cap * sizeof *y), group = xrealloc(group, cap * sizeof *group);

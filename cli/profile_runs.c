@@ -215,7 +215,8 @@ static int read_steps(const char *dir, const run_identity *id, run_step **steps,
         (*total)++;
         step_shape sh = shape_of(&v[S_PREFILL_SEQS]);
         int64_t start_ns = llround(start_s * 1e9), ns = llround(ms * 1e6);
-        double h = heat_at(&gpu_heat, start_ns), load = heat_load(&id->mc, &sh, ns, id->spec->peak_bf16_flops);
+        double h = heat_at(&gpu_heat, start_ns);
+        double load = heat_load(heat_flops(&id->mc, &sh), ns, id->spec->peak_bf16_flops);
         heat_add(&gpu_heat, start_ns, ns, load);
         /* what the format cannot hold: the copies of a swap, priced apart from the forward pass */
         if (v[S_SWAP] > 0 || v[S_PREFILL_SEQS] + v[S_DECODE_SEQS] == 0) {

@@ -5,12 +5,11 @@
 
 #include "work.h"
 
-double heat_load(const model_config *mc, const step_shape *s, int64_t ns, double peak_flops)
+double heat_flops(const model_config *mc, const step_shape *s)
 {
-    if (!(peak_flops > 0) || ns <= 0) return 0;
-    step_shape busy = *s; /* padding rows go through every GEMM (their attention is negligible) */
+    step_shape busy = *s;
     busy.prefill_tokens += s->padding_tokens;
-    return step_work_of(mc, &busy).flops / ((double)ns * 1e-9) / peak_flops;
+    return step_work_of(mc, &busy).flops;
 }
 
 double heat_at(const heat *t, int64_t now_ns)

@@ -30,9 +30,15 @@ typedef struct heat {
     int64_t end_ns; /* when the last step ended */
 } heat;
 
-/* A step's load: its FLOPs, padding rows included, over ns and the peak (FLOP/s); 0 without a
- * peak or a duration. */
-double heat_load(const model_config *mc, const step_shape *s, int64_t ns, double peak_flops);
+/* The FLOPs a step runs: core/work.h's, padding rows included (they go through every GEMM;
+ * their attention is next to nothing). */
+double heat_flops(const model_config *mc, const step_shape *s);
+
+/* A step's load: flops over ns and the peak (FLOP/s); 0 without a peak or a duration. */
+static inline double heat_load(double flops, int64_t ns, double peak_flops)
+{
+    return peak_flops > 0 && ns > 0 ? flops / ((double)ns * 1e-9) / peak_flops : 0;
+}
 
 /* The heat at now_ns, cooled since the last step ended. */
 double heat_at(const heat *t, int64_t now_ns);

@@ -308,7 +308,8 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         step_work w = step_work_of(cfg->model, &st.shape);
         st.flops = w.flops;
         st.bytes = w.bytes;
-        heat_add(&R->heat, start, out->duration_ns, heat_load(cfg->model, &st.shape, out->duration_ns, cfg->peak_flops));
+        double busy = st.shape.padding_tokens ? heat_flops(cfg->model, &st.shape) : w.flops;
+        heat_add(&R->heat, start, out->duration_ns, heat_load(busy, out->duration_ns, cfg->peak_flops));
     }
     /* KV usage at its peak in the step, before finished requests release their blocks */
     st.kv_blocks_used = kv_num_used(&R->kv);

@@ -418,6 +418,12 @@ static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
         for (size_t j = 0; j < p; j++) scale[j] = fmax(scale[j], fabs(x[j]));
         fewest = fmin(fewest, pts[i].repeats);
     }
+    int32_t terms = 0; /* a term no point exercises (a zero column) is no unknown: the fit leaves it out */
+    for (size_t j = K; j < p; j++) terms += scale[j] > 0;
+    if (n < (int32_t)K + terms)
+        return terr_set(e, "%s: %d points for %d unknowns (G at %d token counts and %d terms): the fit is not "
+                           "determined; measure more shapes at the same token counts",
+                        pm->path, n, (int32_t)K + terms, (int32_t)K, terms);
     bool reduce = (size_t)n > REDUCE_ROWS_PER_UNKNOWN * p;
     size_t rows = reduce ? p : (size_t)n;
     gsl_matrix *X = gsl_matrix_calloc(rows, reduce ? p + 1 : p), *cov = gsl_matrix_alloc(p, p);
@@ -468,18 +474,6 @@ static int fit_text(profile_model *pm, char *text, terr *e)
     int rc = read_profile(pm, pm->path, text, &pts, &n, e);
     if (!rc) {
         place_knots(pm, pts, n);
-        bool used[NUM_LINEAR] = {0}; /* a term no point exercises is no unknown: the fit leaves it out */
-        int32_t terms = 0;
-        for (int32_t i = 0; i < n; i++) {
-            double l[NUM_LINEAR];
-            linear_features(pm, &pts[i].s, l);
-            for (int j = 0; j < NUM_LINEAR; j++) used[j] |= l[j] != 0;
-        }
-        for (int j = 0; j < NUM_LINEAR; j++) terms += used[j];
-        if (n < pm->num_knots + terms)
-            rc = terr_set(e, "%s: %d points for %d unknowns (G at %d token counts and %d terms): the fit is not "
-                             "determined; measure more shapes at the same token counts",
-                          pm->path, n, pm->num_knots + terms, pm->num_knots, terms);
     }
     if (!rc) {
         gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
@@ -575,8 +569,8 @@ static int64_t profile_step_ns(void *self, const step_shape *s)
     if (s->num_items == 0 && s->swap_blocks == 0) return 0;
     bool outside = false;
     double ms = s->num_items ? predict_ms(pm, s, &outside) : 0;
-    if (pm->heat_alpha != 0 && ms > 0)
-        ms *= exp(pm->heat_alpha * (s->heat - heat_load(&pm->mc, s, llround(ms * 1e6), pm->peak_flops)));
+    if (pm->heat_alpha != 0 && ms > 0) /* the heat against the load the rows were timed at */
+        ms *= exp(pm->heat_alpha * (s->heat - heat_load(heat_flops(&pm->mc, s), llround(ms * 1e6), pm->peak_flops)));
     ms += s->swap_blocks * pm->swap_ms_per_block;
     outside |= (double)s->decode_keys > pm->max_decode_keys || (double)s->prefill_pairs2 > pm->max_prefill_pairs2 ||
                (double)s->prefill_keys > pm->max_prefill_keys;

@@ -371,15 +371,15 @@ START_TEST(test_heat_is_the_load_averaged_over_time)
     model_config mc = load("llama-3-8b");
     step_shape p = {.num_items = 1, .num_prefill_seqs = 1, .num_emitting = 1, .prefill_tokens = 1024,
                     .prefill_pairs2 = 1024 * 1025, .prefill_keys = 1024, .max_keys = 1024};
-    double u = heat_load(&mc, &p, 40000000, 1e15);
+    double u = heat_load(heat_flops(&mc, &p), 40000000, 1e15);
     ck_assert_msg(fabs(u - step_work_of(&mc, &p).flops / 0.04 / 1e15) < 1e-12, "load %.6f", u);
     step_shape padded = p;
     padded.padding_tokens = 1024;
     step_shape doubled = p;
     doubled.prefill_tokens = 2048;
-    ck_assert_msg(fabs(heat_load(&mc, &padded, 40000000, 1e15) - heat_load(&mc, &doubled, 40000000, 1e15)) < 1e-12,
+    ck_assert_msg(fabs(heat_flops(&mc, &padded) - heat_flops(&mc, &doubled)) < 1e-3,
                   "padding rows are not counted as the GEMMs' rows");
-    ck_assert_msg(heat_load(&mc, &p, 40000000, 0) == 0 && heat_load(&mc, &p, 0, 1e15) == 0, "no peak or no time: 0");
+    ck_assert_msg(heat_load(1e12, 40000000, 0) == 0 && heat_load(1e12, 0, 1e15) == 0, "no peak or no time: 0");
     /* the slope over two groups, each with its own intercept: y = c_g + 0.3 x, where one slope
      * through both groups' points (c 0 at x near -0.5, c 1 at x near 0.5) would be ~1.2 */
     double x[40], y[40], spread;
@@ -420,7 +420,7 @@ START_TEST(test_profile_prices_the_heat)
     model_config mc = load("llama-3-8b");
     step_shape s = decode_shape(16, 300);
     double rows_ms = (double)profile_cost_model.step_ns(m0, &s) / 1e6;
-    double u = heat_load(&mc, &s, llround(rows_ms * 1e6), gpu("h200")->peak_bf16_flops);
+    double u = heat_load(heat_flops(&mc, &s), llround(rows_ms * 1e6), gpu("h200")->peak_bf16_flops);
     ck_assert_msg(u > 0.001 && u < 0.1, "16 decodes' load %.4f", u);
     for (double h = 0; h <= 0.8; h += 0.4) {
         s.heat = h;

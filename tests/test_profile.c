@@ -572,12 +572,12 @@ START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
     for (int burst = 0; burst < 4; burst++)
         for (int k = 0; k < 110; k++, step++) {
             step_shape sh = k < 10 ? prefill_of(2048) : decodes_of(16, 1024);
-            double h = heat_at(&t, now), ms = heat_law_ms(&sh);
+            double h = heat_at(&t, now), ms = heat_law_ms(&sh), flops = heat_flops(&mc, &sh);
             for (int it = 0; it < 20; it++) /* the load is the step's, at its own time */
-                ms = heat_law_ms(&sh) * exp(HEAT_ALPHA * (h - heat_load(&mc, &sh, llround(ms * 1e6), peak)));
+                ms = heat_law_ms(&sh) * exp(HEAT_ALPHA * (h - heat_load(flops, llround(ms * 1e6), peak)));
             int64_t ns = llround(ms * 1e6);
             ms = (double)ns / 1e6;
-            heat_add(&t, now, ns, heat_load(&mc, &sh, ns, peak));
+            heat_add(&t, now, ns, heat_load(flops, ns, peak));
             if (k >= 10) decode_ms[num_decodes++] = ms;
             shape_cols(cols, sizeof cols, &sh);
             len += (size_t)snprintf(steps + len, cap - len, "%lld,%.9f,%.6f,%s,0\n", (long long)step, (double)now / 1e9,
