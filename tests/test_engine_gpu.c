@@ -415,7 +415,7 @@ END_TEST
 
 /* `tandem profile --kernel-trace` writes the kernel table beside the profile: a row a point, the
  * kinds summing to the kernel time (one timed step, so its figures are that step's) and none of
- * it of no known kind. */
+ * it of no known kind; and the heat probe's line after the grid. */
 START_TEST(profile_kernel_table_splits_each_point_by_kind)
 {
     char *dir = make_temp_dir("gpu-profile"), prof[4200], table[4200];
@@ -429,15 +429,17 @@ START_TEST(profile_kernel_table_splits_each_point_by_kind)
     cli_result_free(&r);
     char *p = slurp(prof, NULL), *t = slurp(table, NULL);
     ck_assert_msg(p && strstr(p, "# kernel_trace: on\n"), "the profile does not say the trace was on");
+    ck_assert_msg(strstr(p, "\n# heat: alpha ") && strstr(p, " prefills of "),
+                  "no heat probe after the grid:\n%.3000s", p);
     ck_assert_msg(t, "no %s", table);
     int points = 0, rows = 0;
     for (char *c = strstr(p, "\nkind,"); c && (c = strchr(c + 1, '\n'));) points += c[1] && c[1] != '#';
     for (char *line = strstr(t, "\nkind,") + 1; (line = strchr(line, '\n')) && line[1]; rows++) {
         line++;
-        /* kind,num_prefill_seqs,num_decode_seqs,prefill_tokens,decode_tokens,decode_keys,max_keys,
-         * median_ms,kernel_ms,kernel_busy,gemm,attention,fused,elementwise,sampling,other,gap */
+        /* kind,num_prefill_seqs,num_decode_seqs,prefill_tokens,decode_tokens,padding_tokens,decode_keys,
+         * max_keys,median_ms,kernel_ms,kernel_busy,gemm,attention,fused,elementwise,sampling,other,gap */
         double v[10];
-        int n = sscanf(line, "%*[^,],%*d,%*d,%*d,%*d,%*d,%*d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &v[0], &v[1],
+        int n = sscanf(line, "%*[^,],%*d,%*d,%*d,%*d,%*d,%*d,%*d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &v[0], &v[1],
                        &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
         ck_assert_msg(n == 10, "a kernel table row that does not parse: %.200s", line);
         double kinds = v[3] + v[4] + v[5] + v[6] + v[7] + v[8];
