@@ -635,14 +635,14 @@ int profile_main(int argc, char **argv)
             goto fail;
         }
         if (hp.steps[0] && hp.steps[1]) {
-            if (hp.spread >= HEAT_MIN_SPREAD && fabs(hp.alpha) <= 1) /* else no clock's: unused */
-                fprintf(f, "# heat_alpha: %.4f\n", hp.alpha);
-            fprintf(f, "# heat: alpha %.4f, probed after the grid: %d ms idle, then %lld prefills of %d tokens (%.2f ms "
+            bool fits = hp.spread >= HEAT_MIN_SPREAD && fabs(hp.alpha) <= 1; /* else no clock's: unused */
+            if (fits) fprintf(f, "# heat_alpha: %.4f\n", hp.alpha);
+            fprintf(f, "# heat: alpha %.4f%s, probed after the grid: %d ms idle, then %lld prefills of %d tokens (%.2f ms "
                        "first, %.2f last), then %lld steps of %d decodes at %d tokens (%.2f ms first, %.2f last); "
                        "heat - load spreads %.3f\n",
-                    hp.alpha, HEAT_PROBE_COOL_MS, (long long)hp.steps[0], hp.p[0].chunk, hp.first_ms[0], hp.last_ms[0],
-                    (long long)hp.steps[1], hp.p[1].n_short, hp.p[1].ctx_short, hp.first_ms[1], hp.last_ms[1],
-                    hp.spread);
+                    hp.alpha, fits ? "" : " (not used: too little spread, or past [-1, 1])", HEAT_PROBE_COOL_MS,
+                    (long long)hp.steps[0], hp.p[0].chunk, hp.first_ms[0], hp.last_ms[0], (long long)hp.steps[1],
+                    hp.p[1].n_short, hp.p[1].ctx_short, hp.first_ms[1], hp.last_ms[1], hp.spread);
         }
     }
     f = NULL;
