@@ -12,7 +12,7 @@
 # as `make deps` installs the rest.
 
 FUZZ_TRACES  := fuzz_trace_azure fuzz_trace_vidur fuzz_trace_mooncake fuzz_trace_tandem
-FUZZ_NAMES   := $(FUZZ_TRACES) fuzz_sweep_spec fuzz_model_config fuzz_safetensors fuzz_safetensors_index
+FUZZ_NAMES   := $(FUZZ_TRACES) fuzz_sweep_spec fuzz_model_config fuzz_profile fuzz_safetensors fuzz_safetensors_index
 FUZZ_ONLY    ?= $(FUZZ_NAMES)
 FUZZ_SECONDS ?= 20
 FUZZ_LONG_SECONDS ?= 3600
