@@ -15,8 +15,8 @@
  *     shape's row, as a grid row's is: steps of one shape taken hot and cold would otherwise
  *     average into a time no state has. heat_alpha is fitted on the runs' steps against the
  *     base, where there is one (and the runs spread in heat); else the base's.
- * Memory: every kept step's shape, time, heat and load (13 numbers) until the rows are written: ~120
- * bytes a step.
+ * Memory: every kept step's shape, time, heat and load (13 numbers) until the rows are
+ * written: ~120 bytes a step.
  */
 #include "cli/profile_runs.h"
 
@@ -241,9 +241,9 @@ out:
     return rc;
 }
 
-/* The heat's coefficient (core/heat.h), fitted on the runs' steps against the base: the least-squares
- * line of log(measured / the base's prediction) over heat - load. The line's intercept is the
- * base's bias, which the runs' rows calibrate, so only its slope is kept. */
+/* The heat's coefficient (core/heat.h), fitted on the runs' steps against the base: the
+ * least-squares line of log(measured / the base's prediction) over heat - load. The line's
+ * intercept is the base's bias, which the runs' rows calibrate, so only its slope is kept. */
 typedef struct heat_fit {
     double alpha;
     double spread;  /* standard deviation of heat - load over the steps */
