@@ -1,6 +1,7 @@
 /* heat.c: see heat.h. */
 #include "heat.h"
 
+#include <assert.h>
 #include <math.h>
 
 #include "work.h"
@@ -30,6 +31,7 @@ double heat_slope(const double *x, const double *y, const int32_t *group, size_t
     double cnt[HEAT_MAX_GROUPS] = {0}, sx[HEAT_MAX_GROUPS] = {0}, sy[HEAT_MAX_GROUPS] = {0};
     for (size_t i = 0; i < n; i++) {
         int32_t g = group ? group[i] : 0;
+        assert(g >= 0 && g < HEAT_MAX_GROUPS);
         cnt[g]++, sx[g] += x[i], sy[g] += y[i];
     }
     double sxx = 0, sxy = 0; /* about each group's means */

@@ -50,8 +50,7 @@ extern const cost_model_ops profile_cost_model;
 /* A profile file's CSV header row, without the newline: the shape columns (core/batch.h's
  * step_shape, as steps.csv writes them), then repeats and the time's statistics in ms. */
 extern const char profile_columns_header[];
-/* The same without padding_tokens, as profiles measured before padded steps were have it: read
- * with no padding. */
+/* The same without padding_tokens: a profile with these columns is read with no padding. */
 extern const char profile_columns_header_unpadded[];
 /* Fewer rows than this are refused: the fit has 11 linear terms besides G's knots (and a file
  * with fewer rows than unknowns, G at each distinct token count and the terms its rows use, is

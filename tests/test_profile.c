@@ -633,7 +633,7 @@ START_TEST(heat_is_fitted_and_taken_out_of_the_rows)
 }
 END_TEST
 
-/* A base written before profiles had padding_tokens: its rows are copied with padding 0, into a
+/* A base without the padding_tokens column: its rows are copied with padding 0, into a
  * profile that sim reads. */
 START_TEST(an_unpadded_base_is_copied_with_no_padding)
 {
