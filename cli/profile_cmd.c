@@ -20,7 +20,8 @@
  *             128 each, 4 of 128, 8 of 64 and 16 of 256 to 512 each; 1 and 4 decodes at 1024
  *             beside padding rows to 8; 1, 4, 16 and 32 to 64; 8 to 256.
  * (Contexts shrink to fit a short max_model_len.) On the GPU, a heat probe follows the grid
- * (heat_probe below).
+ * (heat_probe below); its steps go to FILE less .csv plus .heat.csv (phase, start_ms since the
+ * probe began, ms, the heat before the step and the step's load).
  * Each point is a batch of made-up requests whose block tables come from a block manager over
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
  * all; the free blocks shuffled first, as a running server's are), `--warmup` times untimed and
@@ -390,7 +391,7 @@ typedef struct heat_probe_result {
 } heat_probe_result;
 
 static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, const grid *g, const model_config *mc,
-                      double peak_flops, heat_probe_result *res, terr *e)
+                      double peak_flops, FILE *steps, heat_probe_result *res, terr *e)
 {
     /* of the grid's points (warm, and within the budgets): the longest prompt alone, and the most
      * decodes up to 32 at the longest even context up to 1024 */
@@ -424,8 +425,10 @@ static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, cons
             size_t had = cap;
             grow_array((void **)&x, sizeof *x, &cap, n + 1);
             if (cap != had) y = xrealloc(y, cap * sizeof *y), group = xrealloc(group, cap * sizeof *group);
-            x[n] = heat_at(&t, now) - load, y[n] = log(ms), group[n++] = which;
+            double h = heat_at(&t, now);
+            x[n] = h - load, y[n] = log(ms), group[n++] = which;
             heat_add(&t, now, out.duration_ns, load);
+            fprintf(steps, "%s,%.3f,%.4f,%.4f,%.4f\n", which ? "decode" : "prefill", (double)now / 1e6, ms, h, load);
             if (!res->steps[which]++) res->first_ms[which] = ms;
             res->last_ms[which] = ms;
         }
@@ -436,13 +439,13 @@ static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, cons
     return rc;
 }
 
-/* The kernel table beside profile FILE: FILE less ".csv", then ".kernels.csv" (a name the build
- * does not take for a profile to embed). */
-static void kernels_path(const char *profile, char *buf, size_t size)
+/* A table beside profile FILE: FILE less ".csv", then SUFFIX (".kernels.csv", ".heat.csv": names
+ * the build does not take for a profile to embed). */
+static void side_path(const char *profile, const char *suffix, char *buf, size_t size)
 {
     size_t n = strlen(profile);
     if (n > 4 && !strcmp(profile + n - 4, ".csv")) n -= 4;
-    snprintf(buf, size, "%.*s.kernels.csv", (int)n, profile);
+    snprintf(buf, size, "%.*s%s", (int)n, profile, suffix);
 }
 
 /* On the cuda backend, refuses (unless --force-gpu) a device that is not the --gpu row's chip: the
@@ -534,9 +537,9 @@ int profile_main(int argc, char **argv)
     bool kv_ready = false;
     request *reqs = NULL;
     batch b = {0};
-    FILE *f = NULL, *kf = NULL;
-    out_atomic out = {0}, kout = {0};
-    char kpath[4200] = "";
+    FILE *f = NULL, *kf = NULL, *hf = NULL;
+    out_atomic out = {0}, kout = {0}, hout = {0};
+    char kpath[4200] = "", hpath[4200] = "";
     if (rc == 1) {
         code = 0;
         goto done;
@@ -591,7 +594,7 @@ int profile_main(int argc, char **argv)
     f = out.f;
     write_header(f, &o, &su, device, &eng, &g, argc, argv);
     if (ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self)) {
-        kernels_path(o.profile_out, kpath, sizeof kpath);
+        side_path(o.profile_out, ".kernels.csv", kpath, sizeof kpath);
         if (out_atomic_open(&kout, kpath, "w", &e)) {
             code = 1;
             goto fail;
@@ -630,7 +633,15 @@ int profile_main(int argc, char **argv)
     if (!o.serving.quiet && isatty(fileno(stderr))) fprintf(stderr, "\n");
     if (!strcmp(eng.ops->name, "cuda")) {
         heat_probe_result hp;
-        if (heat_probe(ex, &kv, reqs, &b, &g, &su.model, su.gpu->peak_bf16_flops, &hp, &e)) {
+        side_path(o.profile_out, ".heat.csv", hpath, sizeof hpath);
+        if (out_atomic_open(&hout, hpath, "w", &e)) {
+            code = 1;
+            goto fail;
+        }
+        hf = hout.f;
+        fprintf(hf, "# tandem profile heat 1\n# profile: %s\n# model: %s\n# gpu: %s\nphase,start_ms,ms,heat,load\n",
+                o.profile_out, su.model.name, su.gpu->name);
+        if (heat_probe(ex, &kv, reqs, &b, &g, &su.model, su.gpu->peak_bf16_flops, hf, &hp, &e)) {
             code = 1;
             goto fail;
         }
@@ -655,15 +666,21 @@ int profile_main(int argc, char **argv)
         code = 1;
         goto fail;
     }
+    hf = NULL;
+    if (hpath[0] && out_atomic_close(&hout, true, &e)) {
+        code = 1;
+        goto fail;
+    }
     if (!o.serving.quiet)
-        printf("profile: %zu points of %s on the %s engine (%lld KV blocks) -> %s%s%s\n", g.n, su.model.name,
+        printf("profile: %zu points of %s on the %s engine (%lld KV blocks) -> %s%s%s%s%s\n", g.n, su.model.name,
                eng.ops->name, (long long)g.num_blocks, o.profile_out, kpath[0] ? ", kernel time by kind -> " : "",
-               kpath);
+               kpath, hpath[0] ? ", the heat probe's steps -> " : "", hpath);
     code = 0;
     goto done;
 fail:
     fprintf(stderr, "tandem profile: %s\n", e.msg);
     if (kf) out_atomic_close(&kout, false, NULL);
+    if (hf) out_atomic_close(&hout, false, NULL);
     if (f) out_atomic_close(&out, false, NULL);
 done:
     batch_free(&b);

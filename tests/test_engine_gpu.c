@@ -415,7 +415,7 @@ END_TEST
 
 /* `tandem profile --kernel-trace` writes the kernel table beside the profile: a row a point, the
  * kinds summing to the kernel time (one timed step, so its figures are that step's) and none of
- * it of no known kind; and the heat probe's line after the grid. */
+ * it of no known kind; and the heat probe's line after the grid, its steps beside. */
 START_TEST(profile_kernel_table_splits_each_point_by_kind)
 {
     char *dir = make_temp_dir("gpu-profile"), prof[4200], table[4200];
@@ -432,6 +432,12 @@ START_TEST(profile_kernel_table_splits_each_point_by_kind)
     ck_assert_msg(strstr(p, "\n# heat: alpha ") && strstr(p, " prefills of "),
                   "no heat probe after the grid:\n%.3000s", p);
     ck_assert_msg(t, "no %s", table);
+    char heat_table[4200];
+    snprintf(heat_table, sizeof heat_table, "%s/p.heat.csv", dir);
+    char *h = slurp(heat_table, NULL);
+    ck_assert_msg(h && strstr(h, "\nphase,start_ms,ms,heat,load\nprefill,") && strstr(h, "\ndecode,"),
+                  "the heat probe's steps are not in %s:\n%.500s", heat_table, h ? h : "");
+    free(h);
     int points = 0, rows = 0;
     for (char *c = strstr(p, "\nkind,"); c && (c = strchr(c + 1, '\n'));) points += c[1] && c[1] != '#';
     for (char *line = strstr(t, "\nkind,") + 1; (line = strchr(line, '\n')) && line[1]; rows++) {
