@@ -21,7 +21,7 @@
  *             beside padding rows to 8; 1, 4, 16 and 32 to 64; 8 to 256.
  * (Contexts shrink to fit a short max_model_len.) On the GPU, a heat probe follows the grid
  * (heat_probe below); its steps go to FILE less .csv plus .heat.csv (phase, start_ms since the
- * probe began, ms, the heat before the step and the step's load).
+ * probe began, ms, the heat before the step at the fitted memory, and the step's load).
  * Each point is a batch of made-up requests whose block tables come from a block manager over
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
  * all; the free blocks shuffled first, as a running server's are), `--warmup` times untimed and
@@ -376,22 +376,28 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
 /* The heat probe (core/heat.h): how the engine's step time follows the GPU's recent load, which
  * the settled grid cannot show (each point is timed near the heat of its own load). After
  * HEAT_PROBE_COOL_MS idle, a long prefill runs back to back for HEAT_PROBE_RUN_MS, from cold to
- * hot, then a batch of decodes as long, from hot towards cold. heat_alpha is the slope of
- * log(time) over heat - load, an intercept each (heat_slope): on an H200 with Llama-3-8B the
- * prefill's steps speed up ~8% from hot to cold and the decodes' slow down ~5% from cold to hot
- * (docs/costmodel.md, "The GPU's heat"). */
+ * hot, then a batch of decodes as long, from hot towards cold. The GPU's clocks answer within
+ * tens of ms (an H100's decodes recover from 8.98 to 8.51 ms in their first seven steps, then
+ * stay), so the slope of log(time) over heat - load (an intercept each: heat_slope) is fitted at
+ * the memory of HEAT_PROBE_MEMORIES_MS that the probe's steps follow best. That slope is
+ * heat_alpha: at the serving loop's 0.5 s memory, serving's rhythm of heavy steps among light
+ * ones shows nearly all of it, while the probe's long phases spread the decodes' quick recovery
+ * over seconds of heat and show a third (docs/costmodel.md, "The GPU's heat"). */
 #define HEAT_PROBE_COOL_MS 2000
 #define HEAT_PROBE_RUN_MS 1500
+static const int64_t heat_probe_memories_ms[] = {10, 20, 30, 50, 100, 200, 500};
 
 typedef struct heat_probe_result {
     grid_point p[2];    /* the heavy point, the light one */
     int64_t steps[2];
     double first_ms[2], last_ms[2];
-    double alpha, spread;
+    double alpha, spread, explained; /* at the memory that fits best */
+    int64_t tau_ns;
+    double alpha_serving;            /* the slope at HEAT_TAU_NS */
 } heat_probe_result;
 
 static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, const grid *g, const model_config *mc,
-                      double peak_flops, FILE *steps, heat_probe_result *res, terr *e)
+                      double peak_flops, FILE *steps_csv, heat_probe_result *res, terr *e)
 {
     /* of the grid's points (warm, and within the budgets): the longest prompt alone, and the most
      * decodes up to 32 at the longest even context up to 1024 */
@@ -405,9 +411,7 @@ static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, cons
     }
     if (!res->p[0].kind || !res->p[1].kind) return 0; /* no such points: nothing probed */
     size_t n = 0, cap = 0;
-    double *x = NULL, *y = NULL;
-    int32_t *group = NULL;
-    heat t = {0};
+    heat_step *steps = NULL;
     struct timespec cool = {HEAT_PROBE_COOL_MS / 1000, (HEAT_PROBE_COOL_MS % 1000) * 1000000L};
     while (nanosleep(&cool, &cool) && errno == EINTR) {}
     int64_t origin = clock_mono_ns();
@@ -421,21 +425,30 @@ static int heat_probe(executor ex, kv_manager *kv, request *reqs, batch *b, cons
         for (int64_t now = begin; now - begin < HEAT_PROBE_RUN_MS * 1000000LL && !rc; now = clock_mono_ns() - origin) {
             step_result out = {0};
             if ((rc = ex.ops->execute(ex.self, b, &out, e))) break;
-            double load = heat_load(flops, out.duration_ns, peak_flops), ms = (double)out.duration_ns / 1e6;
-            size_t had = cap;
-            grow_array((void **)&x, sizeof *x, &cap, n + 1);
-            if (cap != had) y = xrealloc(y, cap * sizeof *y), group = xrealloc(group, cap * sizeof *group);
-            double h = heat_at(&t, now);
-            x[n] = h - load, y[n] = log(ms), group[n++] = which;
-            heat_add(&t, now, out.duration_ns, load);
-            fprintf(steps, "%s,%.3f,%.4f,%.4f,%.4f\n", which ? "decode" : "prefill", (double)now / 1e6, ms, h, load);
+            double ms = (double)out.duration_ns / 1e6;
+            grow_array((void **)&steps, sizeof *steps, &cap, n + 1);
+            steps[n++] = (heat_step){.start_ns = now, .ns = out.duration_ns, .group = which, .log_ms = log(ms),
+                                     .load = heat_load(flops, out.duration_ns, peak_flops)};
             if (!res->steps[which]++) res->first_ms[which] = ms;
             res->last_ms[which] = ms;
         }
         point_release(ex, kv, reqs, k);
     }
-    if (!rc) res->alpha = heat_slope(x, y, group, n, &res->spread);
-    free(x), free(y), free(group);
+    if (!rc) {
+        int64_t taus[ARRAY_LEN(heat_probe_memories_ms)], serving = HEAT_TAU_NS, tau;
+        for (size_t i = 0; i < ARRAY_LEN(taus); i++) taus[i] = heat_probe_memories_ms[i] * 1000000;
+        double spread, explained;
+        res->alpha_serving = heat_fit_memory(steps, n, &serving, 1, &tau, &spread, &explained);
+        res->alpha = heat_fit_memory(steps, n, taus, ARRAY_LEN(taus), &res->tau_ns, &res->spread, &res->explained);
+        heat t = {0};
+        for (size_t i = 0; i < n; i++) { /* written after the timing, which printing would disturb */
+            const heat_step *s = &steps[i];
+            fprintf(steps_csv, "%s,%.3f,%.4f,%.4f,%.4f\n", s->group ? "decode" : "prefill", (double)s->start_ns / 1e6,
+                    exp(s->log_ms), heat_at_memory(&t, s->start_ns, res->tau_ns), s->load);
+            heat_add_memory(&t, s->start_ns, s->ns, s->load, res->tau_ns);
+        }
+    }
+    free(steps);
     return rc;
 }
 
@@ -648,12 +661,15 @@ int profile_main(int argc, char **argv)
         if (hp.steps[0] && hp.steps[1]) {
             bool fits = hp.spread >= HEAT_MIN_SPREAD && fabs(hp.alpha) <= 1; /* else no clock's: unused */
             if (fits) fprintf(f, "# heat_alpha: %.4f\n", hp.alpha);
-            fprintf(f, "# heat: alpha %.4f%s, probed after the grid: %d ms idle, then %lld prefills of %d tokens (%.2f ms "
-                       "first, %.2f last), then %lld steps of %d decodes at %d tokens (%.2f ms first, %.2f last); "
-                       "heat - load spreads %.3f\n",
-                    hp.alpha, fits ? "" : " (not used: too little spread, or past [-1, 1])", HEAT_PROBE_COOL_MS,
-                    (long long)hp.steps[0], hp.p[0].chunk, hp.first_ms[0], hp.last_ms[0], (long long)hp.steps[1],
-                    hp.p[1].n_short, hp.p[1].ctx_short, hp.first_ms[1], hp.last_ms[1], hp.spread);
+            fprintf(f, "# heat: alpha %.4f%s, the slope at a memory of %lld ms, which explains %.0f%% of the probe's "
+                       "step times (%.4f at the model's %lld ms); probed after the grid: %d ms idle, then %lld prefills "
+                       "of %d tokens (%.2f ms first, %.2f last), then %lld steps of %d decodes at %d tokens (%.2f ms "
+                       "first, %.2f last); heat - load spreads %.3f\n",
+                    hp.alpha, fits ? "" : " (not used: too little spread, or past [-1, 1])",
+                    (long long)(hp.tau_ns / 1000000), 100 * hp.explained, hp.alpha_serving,
+                    (long long)(HEAT_TAU_NS / 1000000), HEAT_PROBE_COOL_MS, (long long)hp.steps[0], hp.p[0].chunk,
+                    hp.first_ms[0], hp.last_ms[0], (long long)hp.steps[1], hp.p[1].n_short, hp.p[1].ctx_short,
+                    hp.first_ms[1], hp.last_ms[1], hp.spread);
         }
     }
     f = NULL;

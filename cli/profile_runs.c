@@ -277,7 +277,7 @@ static int fit_heat(const run_identity *id, const char *base_path, const run_ste
         y[hf->steps++] = log(steps[i].ms / predicted);
     }
     profile_cost_model.destroy(base);
-    hf->alpha = heat_slope(x, y, NULL, (size_t)hf->steps, &hf->spread);
+    hf->alpha = heat_slope(x, y, NULL, (size_t)hf->steps, &hf->spread, NULL);
     free(x), free(y);
     if (hf->steps < HEAT_MIN_STEPS)
         snprintf(hf->why_not, sizeof hf->why_not, "%" PRId64 " steps, at least %d are needed", hf->steps, HEAT_MIN_STEPS);

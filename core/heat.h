@@ -22,7 +22,8 @@
 #include "batch.h"
 #include "model_config.h"
 
-/* The memory of the average. The fit is flat from 0.25 to 1 s (docs/costmodel.md). */
+/* The memory of the average: of those tried, the one whose calibrated profiles predict held-out
+ * serving runs best (docs/costmodel.md). */
 #define HEAT_TAU_NS 500000000LL
 
 typedef struct heat {
@@ -46,14 +47,32 @@ double heat_at(const heat *t, int64_t now_ns);
 /* A step of load from start_ns for ns. */
 void heat_add(heat *t, int64_t start_ns, int64_t ns, double load);
 
+/* The same with a memory of tau_ns instead of HEAT_TAU_NS. */
+double heat_at_memory(const heat *t, int64_t now_ns, int64_t tau_ns);
+void heat_add_memory(heat *t, int64_t start_ns, int64_t ns, double load, int64_t tau_ns);
+
 /* Less spread in heat - load than this, and a slope says nothing. */
 #define HEAT_MIN_SPREAD 0.01
 
 /* How a step's time follows the heat: the least-squares slope of y = log(time) over x = heat -
  * load, with an intercept for each group of steps (group NULL: one for all; else 0 ..
  * HEAT_MAX_GROUPS - 1, e.g. one per shape). *spread: the standard deviation of x about its
- * group's mean, 0 when there is nothing to fit (and then the slope is 0 too). */
+ * group's mean, 0 when there is nothing to fit (and then the slope is 0 too). explained (may be
+ * NULL): the fraction of y's variance about its groups' means that the slope accounts for. */
 #define HEAT_MAX_GROUPS 8
-double heat_slope(const double *x, const double *y, const int32_t *group, size_t n, double *spread);
+double heat_slope(const double *x, const double *y, const int32_t *group, size_t n, double *spread,
+                  double *explained);
+
+/* A timeline of steps, each with its start, duration, load (heat_load), log(time) and group. */
+typedef struct heat_step {
+    int64_t start_ns, ns;
+    double load, log_ms;
+    int32_t group;
+} heat_step;
+
+/* The slope at the memory, of the n_taus in taus_ns, whose heat explains the most of the steps'
+ * times (heat_slope); *tau_ns, *spread and *explained are that memory's. */
+double heat_fit_memory(const heat_step *steps, size_t n, const int64_t *taus_ns, size_t n_taus, int64_t *tau_ns,
+                       double *spread, double *explained);
 
 #endif

@@ -121,6 +121,13 @@ gpu() {
     done < <(workloads)
 }
 
+# unpack PACKED TARGET: the committed runs of TARGET into $RAW, replacing what an earlier unpacking
+# left (a workload re-measured with repeats is DIR/1 .. where it was DIR's own files)
+unpack() {
+    rm -rf "$RAW/measured-$2"
+    tar -C "$RAW" -xzf "$1"
+}
+
 # report: simulate every measured workload with both cost models, compare, and gather the
 # comparisons into table.csv (request metrics) and steps.csv (per-step re-prediction by class).
 report() {
@@ -132,7 +139,7 @@ report() {
     for t in $TARGETS; do
         local model=${t%%_*} gpu=${t#*_} packed=$RES/measured-$t.tar.gz
         [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; continue; }
-        tar -C "$RAW" -xzf "$packed"
+        unpack "$packed" "$t"
         local dir=$RAW/measured-$t
         while IFS='|' read -r name trace flags; do
             measured "$dir/$name" || continue
@@ -166,7 +173,7 @@ calibrate() {
     traces
     local packed=$RES/measured-$t.tar.gz table=$RES/calibrate.csv steps=$RES/calibrate_steps.csv
     [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
-    tar -C "$RAW" -xzf "$packed"
+    unpack "$packed" "$t"
     local dir=$RAW/measured-$t base=$RAW/measured-$t/$t.csv prof=$RAW/calib-$t
     mkdir -p "$prof"
     local names=() name trace flags
@@ -212,7 +219,7 @@ ship() {
     local t=${1}_${2:-h200}
     local packed=$RES/measured-$t.tar.gz
     [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
-    tar -C "$RAW" -xzf "$packed"
+    unpack "$packed" "$t"
     local dir=$RAW/measured-$t runs=() name trace flags
     while IFS='|' read -r name trace flags; do
         measured "$dir/$name" && runs+=("$dir/$name")

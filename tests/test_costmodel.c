@@ -389,10 +389,44 @@ START_TEST(test_heat_is_the_load_averaged_over_time)
         x[i] = (group[i] ? 0.5 : -0.5) + 0.01 * (i % 7);
         y[i] = group[i] + 0.3 * x[i];
     }
-    double slope = heat_slope(x, y, group, 40, &spread);
-    ck_assert_msg(fabs(slope - 0.3) < 1e-9 && spread > 0.01 && spread < 0.03, "slope %.6f, spread %.4f", slope, spread);
-    ck_assert_msg(heat_slope(x, y, NULL, 40, &spread) > 1, "one group: the intercepts' step is the slope");
-    ck_assert_msg(heat_slope(x, y, group, 0, &spread) == 0 && spread == 0, "no steps: no slope");
+    double explained;
+    double slope = heat_slope(x, y, group, 40, &spread, &explained);
+    ck_assert_msg(fabs(slope - 0.3) < 1e-9 && spread > 0.01 && spread < 0.03 && fabs(explained - 1) < 1e-9,
+                  "slope %.6f, spread %.4f, explained %.6f", slope, spread, explained);
+    ck_assert_msg(heat_slope(x, y, NULL, 40, &spread, NULL) > 1, "one group: the intercepts' step is the slope");
+    ck_assert_msg(heat_slope(x, y, group, 0, &spread, NULL) == 0 && spread == 0, "no steps: no slope");
+}
+END_TEST
+
+/* The heat probe's timeline: seven 208 ms prompts at load 0.62, then 177 decodes of 8.5 ms at 0.06,
+ * on a GPU whose times follow a heat of 40 ms memory with slope 0.12 (as an H100's do). The fit
+ * finds that memory and slope; at the serving loop's 0.5 s memory the same steps show a
+ * fraction of the slope, the decodes' quick recovery spread over seconds of heat. */
+START_TEST(test_heat_fit_finds_the_memory_the_times_follow)
+{
+    const int64_t truth = 40000000;
+    heat_step steps[184];
+    heat t = {0};
+    int64_t now = 0;
+    for (int i = 0; i < 184; i++) {
+        bool prompt = i < 7;
+        int64_t ns = prompt ? 208000000 : 8500000;
+        double load = prompt ? 0.62 : 0.06, h = heat_at_memory(&t, now, truth);
+        steps[i] = (heat_step){.start_ns = now, .ns = ns, .load = load, .group = !prompt,
+                               .log_ms = log((double)ns / 1e6) + 0.12 * (h - load)};
+        heat_add_memory(&t, now, ns, load, truth);
+        now += ns;
+    }
+    static const int64_t taus[] = {10000000, 20000000, 40000000, 100000000, 500000000};
+    int64_t tau;
+    double spread, explained;
+    double slope = heat_fit_memory(steps, 184, taus, 5, &tau, &spread, &explained);
+    ck_assert_msg(tau == truth && fabs(slope - 0.12) < 1e-9 && fabs(explained - 1) < 1e-9 && spread > 0.01,
+                  "memory %lld ns, slope %.6f, explained %.6f, spread %.4f", (long long)tau, slope, explained, spread);
+    const int64_t model[] = {HEAT_TAU_NS};
+    double diluted = heat_fit_memory(steps, 184, model, 1, &tau, &spread, &explained);
+    ck_assert_msg(diluted > 0 && diluted < 0.06 && explained < 0.9, "at %lld ns: slope %.4f, explained %.4f",
+                  (long long)HEAT_TAU_NS, diluted, explained);
 }
 END_TEST
 
@@ -1155,6 +1189,7 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_profile_row_counts_as_its_repeats);
     tcase_add_test(tc, test_profile_prices_the_decode_partition);
     tcase_add_test(tc, test_heat_is_the_load_averaged_over_time);
+    tcase_add_test(tc, test_heat_fit_finds_the_memory_the_times_follow);
     tcase_add_test(tc, test_profile_prices_the_heat);
     tcase_add_test(tc, test_profile_prices_padding_rows);
     tcase_add_test(tc, test_profile_fits_are_reused_by_text_not_by_name);
