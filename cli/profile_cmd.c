@@ -379,7 +379,7 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
  * hot, then a batch of decodes as long, from hot towards cold. The GPU's clocks answer within
  * tens of ms (an H100's decodes recover from 8.98 to 8.51 ms in their first seven steps, then
  * stay), so the slope of log(time) over heat - load (an intercept each: heat_slope) is fitted at
- * the memory of HEAT_PROBE_MEMORIES_MS that the probe's steps follow best. That slope is
+ * the memory of heat_probe_memories_ms that the probe's steps follow best. That slope is
  * heat_alpha: at the serving loop's 0.5 s memory, serving's rhythm of heavy steps among light
  * ones shows nearly all of it, while the probe's long phases spread the decodes' quick recovery
  * over seconds of heat and show a third (docs/costmodel.md, "The GPU's heat"). */
