@@ -112,6 +112,7 @@ gpu() {
             break
         fi
         t0=$SECONDS
+        rm -rf "${dir:?}/$name" # a run named again replaces the old one (whose repeats may differ)
         # shellcheck disable=SC2086
         "$BIN" run --trace "$trace" --model "synthetic:$model" --backend cuda --gpu "$gpu" $flags \
             --repeat "${REPEAT:-1}" --out "$dir/$name" --quiet \
