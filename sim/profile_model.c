@@ -452,8 +452,8 @@ static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
     gsl_matrix *X = gsl_matrix_calloc(rows, reduce ? p + 1 : p), *cov = gsl_matrix_alloc(p, p);
     gsl_vector *y = gsl_vector_alloc(rows), *w = gsl_vector_alloc(rows), *c = gsl_vector_alloc(p);
     gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc(rows, p);
-    int32_t *order = xmalloc((size_t)n * sizeof *order);
-    fold_order(pm, pts, n, order);
+    int32_t *order = reduce ? xmalloc((size_t)n * sizeof *order) : NULL;
+    if (reduce) fold_order(pm, pts, n, order);
     for (int32_t r = 0; r < n; r++) {
         int32_t i = reduce ? order[r] : r;
         features(pm, &pts[i].s, x, cols, &ncols);
