@@ -432,10 +432,10 @@ static void fold_order(const profile_model *pm, const point *pts, int32_t n, int
  * the rows themselves. Beyond (a profile of serving steps: tens of thousands of rows, where
  * that SVD takes minutes) the weighted rows are first folded into a triangular system R c = z
  * by Givens rotations (givens_fold: the same least-squares problem, the same singular values
- * and column norms), and the truncated SVD runs on R. The rows are folded in the order of G's
- * segment they fall in: a row's rotations then fill in at most the next hat row of R, where in
- * file order they would cascade down the band to the last knot (O(rows x knots): 0.1 s of a
- * 60,000-row profile's 0.3 s). */
+ * and column norms), and the truncated SVD runs on R, or back substitution where R is well
+ * conditioned (below). The rows are folded in the order of G's segment they fall in: a row's
+ * rotations then fill in at most the next hat row of R, where in file order they would cascade
+ * down the band to the last knot (O(rows x knots): 0.1 s of a 60,000-row profile's 0.3 s). */
 static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
 {
     size_t K = (size_t)pm->num_knots, p = K + NUM_LINEAR;
