@@ -266,7 +266,7 @@ END_TEST
 
 /* A run is held to a trace by the file's contents: the same trace found under another path (as
  * on the GPU machine that measured the run) is the same trace; a file that differs is refused,
- * with both hashes. */
+ * with both hashes. A run that recorded no hash is held to the trace request by request. */
 START_TEST(trace_is_matched_by_contents_not_path)
 {
     char moved[4300], cmd[18000];
@@ -290,6 +290,30 @@ START_TEST(trace_is_matched_by_contents_not_path)
                       "--num-gpu-blocks-override", "40", "--quiet", "--out", changed, NULL),
               "sim of the changed trace");
     expect_refused(run_out, changed, "in SIMULATED: the files differ");
+
+    /* a run that recorded no content hash (an older one, or a trace from a pipe), moved: the
+     * paths differ, so its requests decide, and the notes say so */
+    char old_run[4400], out[4400];
+    snprintf(old_run, sizeof old_run, "%s/old_run", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", old_run, run_out, old_run);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    json_t *summary = load_json(old_run, "summary.json");
+    json_t *resolved = json_object_get(json_object_get(summary, "config"), "resolved");
+    ck_assert_msg(json_object_del(resolved, "trace_xxh3") == 0, "the run recorded no trace_xxh3 to take out");
+    char path[4500];
+    snprintf(path, sizeof path, "%s/summary.json", old_run);
+    ck_assert_msg(json_dump_file(summary, path, JSON_INDENT(2)) == 0, "cannot rewrite %s", path);
+    json_decref(summary);
+    snprintf(out, sizeof out, "%s/old_cmp", dir);
+    expect_ok(run_cli("compare", old_run, sim, "--out", out, "--no-figures", "--quiet", NULL),
+              "compare of a hashless run against the moved trace's sim");
+    json_t *cmp = load_json(out, "compare.json");
+    char *notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    ck_assert_msg(notes && strstr(notes, "MEASURED recorded no content hash: the requests were matched one by one"),
+                  "no note of the unmatched paths: %s", notes ? notes : "(none)");
+    free(notes);
+    json_decref(cmp);
+    expect_refused(old_run, changed, "request 11: arrival");
     free(sim);
     free(changed);
 }
