@@ -26,8 +26,7 @@ static const char *const linear_names[NUM_LINEAR] = {
     "emitting",    "decode_only", "mixed",       "padding_prefill",  "padding_decode"};
 
 /* Columns of a profile row, by name: the shape (core/batch.h's step_shape), repeats, then the
- * time's statistics. A file without padding_tokens is read with
- * none. */
+ * time's statistics. A file without padding_tokens is read with none. */
 static const char *const columns[] = {"kind",           "num_prefill_seqs", "num_decode_seqs", "num_emitting",
                                       "prefill_tokens", "decode_tokens",    "padding_tokens",  "prefill_pairs2",
                                       "prefill_keys",   "decode_keys",      "decode_keys_sq",  "max_keys",

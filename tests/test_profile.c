@@ -158,7 +158,7 @@ END_TEST
 #define TIMED_BUILD true
 #endif
 
-static int cmp_abs(const void *a, const void *b)
+static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -180,7 +180,7 @@ static double steps_error_without_drift(const char *cmp_out, double drift)
     }
     free(text);
     ck_assert_msg(n > 50, "compare re-predicted too few steps (%zu)", n);
-    qsort(err, n, sizeof *err, cmp_abs);
+    qsort(err, n, sizeof *err, cmp_double);
     double median = n % 2 ? err[n / 2] : (err[n / 2 - 1] + err[n / 2]) / 2;
     free(err);
     return median;
