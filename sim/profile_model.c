@@ -98,31 +98,43 @@ static void segment(const profile_model *pm, double T, int32_t *j, double *a)
     *a = (T - pm->knot[lo]) / (pm->knot[lo + 1] - pm->knot[lo]);
 }
 
-/* The tokens of the longest context that one decode attention block reads in turn: the
- * partition the engine picks for the step (a pure-decode step as its CUDA graph: padded rows, the
- * context bucket), or the whole context when it is shorter. A small batch's attention is a single
- * wave of blocks, so its time follows the partition, not the keys: Llama-3-8B's two decodes at
- * context 4097 take 0.6 ms more than at 2049 on an H200, where the bucket doubles the partition,
- * and 0.2 ms less than at 8192, with twice the keys. */
-static double decode_partition(const profile_model *pm, const step_shape *s, int64_t bucket)
+/* The decode attention grid a step launches, as the engine lays it out (kernels/decode_layout.h):
+ * its rows (a pure-decode step replays its CUDA graph: rows padded, contexts up to the graph's
+ * bucket; a mixed step launches its decodes over the longest context), and the partition each
+ * row's context is split into, one thread block a partition and head group. */
+typedef struct decode_grid {
+    int32_t rows, len, partition;
+} decode_grid;
+
+static decode_grid decode_grid_of(const profile_model *pm, const step_shape *s)
 {
     bool graph = s->num_prefill_seqs == 0;
-    int32_t nd = graph ? k_decode_graph_rows(s->num_decode_seqs, INT32_MAX) : s->num_decode_seqs;
-    int32_t len = graph ? (int32_t)min_i64(bucket, INT32_MAX) : s->max_keys;
-    int32_t P = k_decode_partition(pm->num_heads, pm->num_kv_heads, nd, len, pm->num_sms, INT64_MAX);
-    return (double)min_i64(P, s->max_keys);
+    decode_grid g = {
+        .rows = graph ? k_decode_graph_rows(s->num_decode_seqs, INT32_MAX) : s->num_decode_seqs,
+        .len = graph ? (int32_t)min_i64(k_decode_bucket(s->max_keys), INT32_MAX) : s->max_keys,
+    };
+    g.partition = k_decode_partition(pm->num_heads, pm->num_kv_heads, g.rows, g.len, pm->num_sms, INT64_MAX);
+    return g;
 }
 
 static void linear_features(const profile_model *pm, const step_shape *s, double *l)
 {
     l[F_DECODE_KEYS] = (double)s->decode_keys;
     l[F_DECODE_SEQS] = s->num_decode_seqs;
-    /* the decode attention grid a step launches, in tokens: every decode is given the bucket of
-     * the longest context, as the engine sizes its grid (and its CUDA graphs); blocks past a
-     * sequence's end exit at once, but are launched */
-    int64_t bucket = s->num_decode_seqs ? k_decode_bucket(s->max_keys) : 0;
-    l[F_DECODE_GRID] = (double)s->num_decode_seqs * (double)bucket;
-    l[F_DECODE_PARTITION] = s->num_decode_seqs ? decode_partition(pm, s, bucket) : 0;
+    l[F_DECODE_GRID] = l[F_DECODE_PARTITION] = 0;
+    if (s->num_decode_seqs) {
+        decode_grid g = decode_grid_of(pm, s);
+        /* the blocks launched (a head group's): each pays its launch and its chain of latencies,
+         * those past a sequence's end (padding rows, short contexts under the bucket) included,
+         * so a skewed batch costs more than its keys say, and a short partition more blocks */
+        l[F_DECODE_GRID] = (double)g.rows * (double)((g.len + g.partition - 1) / g.partition);
+        /* the tokens of the longest context that one block reads in turn (the partition, or the
+         * context when shorter): a small batch's attention is a single wave of blocks, so its
+         * time follows the partition, not the keys. Llama-3-8B's two decodes at context 4097
+         * take 0.6 ms more than at 2049 on an H200, where the bucket doubles the partition, and
+         * 0.2 ms less than at 8192, with twice the keys. */
+        l[F_DECODE_PARTITION] = (double)min_i64(g.partition, s->max_keys);
+    }
     l[F_PREFILL_PAIRS2] = (double)s->prefill_pairs2;
     l[F_PREFILL_KEYS] = (double)s->prefill_keys;
     l[F_EMITTING] = s->num_emitting;

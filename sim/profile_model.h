@@ -9,8 +9,9 @@
  *       + a_xd padding [beside decodes only]
  *       + swap_blocks x (a block's K and V over the GPU row's host link)
  * where T = prefill + decode tokens (+ padding rows, which go through every GEMM), decode_grid
- * is the decode attention grid the engine launches (every decode given the power-of-two bucket
- * of the longest context), and G is piecewise linear in T with a knot at every token
+ * is the decode attention grid the engine launches, in blocks (rows x partitions of the context
+ * they cover: a pure-decode step's graph rows and context bucket; kernels/decode_layout.h),
+ * decode_partition the tokens one such block reads, and G is piecewise linear in T with a knot at every token
  * count the profile measured (so the engine's changes of kernel path, e.g. the weight-streaming
  * GEMM up to 8 rows, are where they are), and the linear terms price attention (KV read and
  * causal pairs), the LM head and sampler, CUDA-graph replay of pure decode steps and the
