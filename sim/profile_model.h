@@ -11,18 +11,18 @@
  * where T = prefill + decode tokens (+ padding rows, which go through every GEMM), decode_grid
  * is the decode attention grid the engine launches, in blocks (rows x partitions of the context
  * they cover: a pure-decode step's graph rows and context bucket; kernels/decode_layout.h),
- * decode_partition the tokens one such block reads, and G is piecewise linear in T with a knot at every token
- * count the profile measured (so the engine's changes of kernel path, e.g. the weight-streaming
- * GEMM up to 8 rows, are where they are), and the linear terms price attention (KV read and
- * causal pairs), the LM head and sampler, CUDA-graph replay of pure decode steps and the
- * flattened mixed pass, and what a padding row (static batching) costs beyond a token: the
- * engine runs padding rows as sequences of their own, and identical rows draw less power (the
- * grid's padded points and a static run's steps fit them; without either, a padding row is
- * priced as a token). The engine's swaps are not in the grid: they are priced at the host
- * link's rate, as the roofline prices them. Every term is linear in the unknowns, so one
- * weighted least-squares fit (GSL, weights 1/t^2: relative error is what is minimised) learns
- * all of them at once; uneven contexts enter through the sums, mixed steps through the same
- * terms as their parts.
+ * decode_partition the tokens one such block reads, and G is piecewise linear in T with a knot
+ * at every token count the profile measured (so the engine's changes of kernel path, e.g. the
+ * weight-streaming GEMM up to 2 rows, are where they are), and the linear terms price
+ * attention (KV read and causal pairs), the LM head and sampler, CUDA-graph replay of pure
+ * decode steps and the flattened mixed pass, and what a padding row (static batching) costs
+ * beyond a token: the engine runs padding rows as sequences of their own, and identical rows
+ * draw less power (the grid's padded points and a static run's steps fit them; without either,
+ * a padding row is priced as a token). The engine's swaps are not in the grid: they are priced
+ * at the host link's rate, as the roofline prices them. Every term is linear in the unknowns,
+ * so one weighted least-squares fit (GSL, weights 1/t^2: relative error is what is minimised)
+ * learns all of them at once; uneven contexts enter through the sums, mixed steps through the
+ * same terms as their parts.
  * A row is weighted by its repeats too (it stands for that many measured steps: a profile
  * calibrated on serving runs, `tandem profile --from-runs`, has rows seen hundreds of times
  * beside rows seen once), and a profile of up to 100,000 rows fits in a fraction of a second
