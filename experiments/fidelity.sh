@@ -34,7 +34,8 @@
 #               so that none is cut off halfway, its time lost).
 #   report      here: for each target of $TARGETS with committed runs
 #               (experiments/results/fidelity/measured-MODEL_GPU.tar.gz), simulates each
-#               workload with both cost models, runs `tandem compare`, and writes
+#               workload with both cost models (the profile also nudged 0.1% either way:
+#               sim_spread), runs `tandem compare`, and writes
 #               experiments/results/fidelity/table.csv and steps.csv
 #   plot        the figure, docs/figures/fidelity.{png,svg}, from the committed tables
 #   calibrate [MODEL [GPU]]
@@ -129,12 +130,23 @@ unpack() {
     tar -C "$RAW" -xzf "$1"
 }
 
+# nudged PROFILE FACTOR OUT: PROFILE with every measured time (median_ms .. max_ms, its last
+# five columns) multiplied by FACTOR, into OUT: the same model, every step FACTOR as long.
+nudged() {
+    awk -F, -v OFS=, -v f="$2" '/^#/ || /^kind,/ { print; next }
+        { for (i = NF - 4; i <= NF; i++) $i = sprintf("%.6f", $i * f); print }' "$1" > "$3"
+}
+
 # report: simulate every measured workload with both cost models, compare, and gather the
 # comparisons into table.csv (request metrics) and steps.csv (per-step re-prediction by class).
+# A profile's rows also carry sim_spread: how far the simulation moves when every step takes
+# 0.1% longer or shorter, (max - min) / mean of the three simulated values. No run can tell
+# times that close apart, so what moves is the simulator's own sensitivity (a queue that sits
+# on a batch boundary), to read beside the measured runs' spread.
 report() {
     traces
     local table=$RES/table.csv steps=$RES/steps.csv
-    echo "model,gpu,workload,cost_model,metric,measured,simulated,rel_error,spread" > "$table.tmp"
+    echo "model,gpu,workload,cost_model,metric,measured,simulated,rel_error,spread,sim_spread" > "$table.tmp"
     echo "model,gpu,workload,cost_model,class,steps,median_abs_rel_error,p90_abs_rel_error,median_rel_error,total_rel_error" \
         > "$steps.tmp"
     for t in $TARGETS; do
@@ -142,17 +154,40 @@ report() {
         [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; continue; }
         unpack "$packed" "$t"
         local dir=$RAW/measured-$t
+        # the profile measured beside these runs (the shipped one may be newer), and it nudged
+        local prof=$dir/$t.csv
+        [ -f "$prof" ] || prof=configs/profiles/$t.csv
+        nudged "$prof" 0.999 "$RAW/nudged-$t-0.999.csv"
+        nudged "$prof" 1.001 "$RAW/nudged-$t-1.001.csv"
         while IFS='|' read -r name trace flags; do
             measured "$dir/$name" || continue
-            # the profile measured beside these runs (the shipped one may be newer)
-            local prof=$dir/$t.csv
-            [ -f "$prof" ] || prof=configs/profiles/$t.csv
             for cm in roofline "profile:$prof"; do
                 local tag=${cm%%:*} sim=$RAW/sim-$t/$name-${cm%%:*} cmp=$RAW/cmp-$t/$name-${cm%%:*}
                 # shellcheck disable=SC2086
                 "$BIN" sim --trace "$trace" --model "$model" --gpu "$gpu" $flags --cost-model "$cm" --out "$sim" --quiet
                 "$BIN" compare "$dir/$name" "$sim" --out "$cmp" --no-figures --quiet
-                tail -n +2 "$cmp/metrics.csv" | sed "s|^|$model,$gpu,$name,$tag,|" >> "$table.tmp"
+                local nudges=()
+                if [ "$tag" = profile ]; then
+                    local f
+                    for f in 0.999 1.001; do
+                        # shellcheck disable=SC2086
+                        "$BIN" sim --trace "$trace" --model "$model" --gpu "$gpu" $flags \
+                            --cost-model "profile:$RAW/nudged-$t-$f.csv" --out "$sim-$f" --quiet
+                        "$BIN" compare "$dir/$name" "$sim-$f" --out "$cmp-$f" --no-figures --quiet
+                        nudges+=("$cmp-$f/metrics.csv")
+                    done
+                fi
+                # metrics.csv's rows, each with the spread of its simulated value over the nudges
+                awk -F, -v OFS=, -v n=$((${#nudges[@]} + 1)) '
+                    FNR == 1 { file++; next }
+                    file == 1 { row[++rows] = $0; key[rows] = $1 }
+                    $3 != "" { v = $3 + 0; sum[$1] += v; seen[$1]++
+                               if (seen[$1] == 1 || v < lo[$1]) lo[$1] = v
+                               if (seen[$1] == 1 || v > hi[$1]) hi[$1] = v }
+                    END { for (i = 1; i <= rows; i++) { k = key[i]; s = ""
+                            if (n > 1 && seen[k] == n && sum[k] != 0) s = sprintf("%.6g", (hi[k] - lo[k]) / (sum[k] / n))
+                            print row[i], s } }' "$cmp/metrics.csv" "${nudges[@]}" |
+                    sed "s|^|$model,$gpu,$name,$tag,|" >> "$table.tmp"
                 tail -n +2 "$cmp/step_classes.csv" | sed "s|^|$model,$gpu,$name,$tag,|" >> "$steps.tmp"
             done
         done < <(workloads)
