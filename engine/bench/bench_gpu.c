@@ -27,11 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h> /* not pthread.h: with -Icore, its <sched.h> is core/sched.h */
 #include <time.h>
 
 #include "core/clock.h"
 #include "core/util.h"
 #include "engine/bench/profile_gpu.h"
+#include "engine/cuda_libs.h"
 #include "engine/engine.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
@@ -634,13 +636,132 @@ static void do_tiny(void *c, int i)
     CUDA_CHECK(k_synth_bf16(c, 1, 7, (uint32_t)i, 0.0f, 0.5f, stream));
 }
 
+#if TANDEM_HAVE_CUPTI
+/* The forward call's host time by CUDA runtime call, from CUPTI's runtime activity records
+ * (each call's start and end on CUPTI's clock): the calls that begin inside a forward call's
+ * window, against the window's length. */
+enum { API_MAX_RECS = 1 << 16, API_MAX_KINDS = 32 };
+typedef struct api_rec {
+    uint64_t start_ns, end_ns;
+    uint32_t cbid;
+} api_rec;
+typedef struct api_kind {
+    uint32_t cbid;
+    int64_t calls, ns; /* summed over the windows */
+} api_kind;
+static api_rec *api_recs; /* (API_MAX_RECS) */
+static int api_n;
+static mtx_t api_lock; /* records arrive on CUPTI's thread, or in a flush */
+
+static int api_by_start(const void *pa, const void *pb)
+{
+    const api_rec *a = pa, *b = pb;
+    return (a->start_ns > b->start_ns) - (a->start_ns < b->start_ns);
+}
+
+static void api_take(void *ud, const CUpti_Activity *r)
+{
+    (void)ud;
+    if (r->kind != CUPTI_ACTIVITY_KIND_RUNTIME) return;
+    const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)r;
+    mtx_lock(&api_lock);
+    if (api_n < API_MAX_RECS && a->start) api_recs[api_n++] = (api_rec){a->start, a->end, a->cbid};
+    mtx_unlock(&api_lock);
+}
+
+/* The runtime calls a forward call makes, by name; NULL for another. */
+static const char *api_name(uint32_t cbid)
+{
+    switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000: return "cudaGraphLaunch";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: return "cudaMemcpyAsync";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020: return "cudaEventRecord";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020: return "cudaEventSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020: return "cudaStreamWaitEvent";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000: return "cudaLaunchKernel";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060: return "cudaLaunchKernelExC";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020: return "cudaMemsetAsync";
+    default: return NULL;
+    }
+}
+
+/* Runs `samples` forward calls of step s, each followed (outside its window) by the sync and the
+ * sampling a step pays, with the runtime records on, and prints each runtime call's part of the
+ * forward call: calls and microseconds a step (means); the rest is the engine's own host code
+ * (the checks, filling the step arrays). Recording costs each call a little, so the total runs
+ * above the plain forward call's. */
+static void host_api_split(engine *eng, const eng_step *s, const eng_sampling *sp, int32_t *picked, int samples)
+{
+    terr e = {{0}};
+    const cuda_cupti *cupti = cuda_cupti_get(&e);
+    uint64_t(*win)[2] = malloc(sizeof *win * (size_t)samples);
+    api_recs = malloc(sizeof *api_recs * API_MAX_RECS);
+    bool traced = false, locked = false;
+    api_kind kinds[API_MAX_KINDS];
+    int nk = 0, done = 0;
+    int64_t window_ns = 0, api_ns = 0;
+    if (!cupti || !win || !api_recs || mtx_init(&api_lock, mtx_plain) != thrd_success) goto out;
+    locked = true;
+    if (ktrace_open(api_take, NULL, &e)) goto out;
+    traced = true;
+    if (ktrace_enable(CUPTI_ACTIVITY_KIND_RUNTIME, &e) || ktrace_flush(&e)) goto out;
+    mtx_lock(&api_lock);
+    api_n = 0;
+    mtx_unlock(&api_lock);
+    for (; done < samples; done++) {
+        cupti->cuptiGetTimestamp(&win[done][0]);
+        if (engine_forward(eng, s, &e)) goto out;
+        cupti->cuptiGetTimestamp(&win[done][1]);
+        if (engine_sync(eng, &e) || engine_sample(eng, sp, picked, &e)) goto out;
+    }
+    if (ktrace_flush(&e)) goto out;
+    for (int w = 0; w < done; w++) window_ns += (int64_t)(win[w][1] - win[w][0]);
+    mtx_lock(&api_lock);
+    qsort(api_recs, (size_t)api_n, sizeof *api_recs, api_by_start);
+    for (int i = 0, w = 0; i < api_n; i++) {
+        const api_rec *a = &api_recs[i];
+        while (w < done && win[w][1] < a->start_ns) w++;
+        if (w == done || a->start_ns < win[w][0]) continue; /* the sync's, the sampling's */
+        int k = 0;
+        while (k < nk && kinds[k].cbid != a->cbid) k++;
+        if (k == nk) {
+            if (nk == API_MAX_KINDS) continue;
+            kinds[nk++] = (api_kind){a->cbid, 0, 0};
+        }
+        kinds[k].calls++, kinds[k].ns += (int64_t)(a->end_ns - a->start_ns);
+        api_ns += (int64_t)(a->end_ns - a->start_ns);
+    }
+    mtx_unlock(&api_lock);
+    printf("| forward call of %d sequences, by runtime call (CUPTI) | calls a step | us a step | share |\n", s->num_seqs);
+    printf("|------------------------------------------------------|-------------|-----------|-------|\n");
+    for (int k = 0; k < nk; k++) {
+        char what[64];
+        const char *name = api_name(kinds[k].cbid);
+        if (name) snprintf(what, sizeof what, "%s", name);
+        else snprintf(what, sizeof what, "runtime call, cbid %u", kinds[k].cbid);
+        printf("| %-52s | %11.1f | %9.1f | %4.0f%% |\n", what, (double)kinds[k].calls / done,
+               (double)kinds[k].ns / 1e3 / done, 100.0 * (double)kinds[k].ns / (double)window_ns);
+    }
+    printf("| %-52s | %11s | %9.1f | %4.0f%% |\n", "the engine's own host code (the rest)", "",
+           (double)(window_ns - api_ns) / 1e3 / done, 100.0 * (double)(window_ns - api_ns) / (double)window_ns);
+    printf("| %-52s | %11s | %9.1f |       |\n", "the forward call, traced", "", (double)window_ns / 1e3 / done);
+out:
+    if (e.msg[0] || !locked) printf("host split by runtime call: not measured (%s)\n", e.msg[0] ? e.msg : "no memory");
+    if (traced) ktrace_close();
+    if (locked) mtx_destroy(&api_lock);
+    free(win), free(api_recs), api_recs = NULL;
+    fflush(stdout);
+}
+#endif
+
 /* The host side of a decode step, as `tandem run` pays it between the scheduler and the GPU: the
  * engine's forward call (the step arrays copied into pinned memory, one copy up, the graph
  * launched) and its sampling call once the forward pass is done (arguments up, the sampling
  * kernel, tokens down), each timed on the host with the device idle before it, at context 600 in
  * an engine of 256 sequences and Llama-2-7B's max_model_len. Beside them, what a copy up from
  * pinned memory and a launch of a captured graph of K tiny kernels cost the host alone, so the
- * forward call's time can be split into its parts. */
+ * forward call's time can be split into its parts; and, where CUPTI loads, the forward call at
+ * 256 sequences split by runtime call (host_api_split). */
 static void host_costs(void)
 {
     enum { SAMPLES = 60, CTX = 600, BS = 16, OWN = (CTX + 1 + BS - 1) / BS, MAX_LEN = 4096, SHARED = 8 };
@@ -701,6 +822,9 @@ static void host_costs(void)
         }
         host_row("forward call (prepare, copy, launch)", B, fwd, SAMPLES);
         host_row("sample call (kernel, tokens down)", B, smp, SAMPLES);
+#if TANDEM_HAVE_CUPTI
+        if (B == max_seqs) host_api_split(&eng, &s, &sp, picked, SAMPLES);
+#endif
     }
     engine_close(&eng);
     free(tok), free(bt), free(picked), free(samp);
