@@ -1,0 +1,430 @@
+// gqa_decode_mma.cu: grouped-query decode attention on tensor cores, against the product's
+// kernel (kernels/attention.cu decode_attn_kernel, compiled in here as the product builds it).
+//
+// The question: Llama-3-8B's decode steps of 33 sequences and up run 1.75x their roofline on the
+// H200 (docs/engine.md, "Serving steps against the roofline"), and its decode attention streams
+// the KV at ~60% of the copy ceiling there: a block of four heads keeps four queries and their
+// accumulators in registers, so few blocks run an SM, with few loads in flight. Here the G query
+// heads that share a KV head are the rows of one m16 tile (FlashInfer's way for GQA decode):
+// each warp streams 16-token chunks of K and V through a two-stage shared-memory ring of
+// cp.async copies, S = Q K^T and O += P V on mma.sync (m16n8k16, bf16, fp32 accumulators), an
+// online softmax per warp, then the block's four warps are merged and the partitions combined
+// as the product's kernel does (the last block to finish). The tensor cores idle at 4 rows of
+// 16; the point is that the loads no longer wait on the arithmetic.
+//
+// A lab tool: `make dev-kernels`, then on the GPU machine
+//
+//   build/dev/gqa_decode_mma
+//
+// Checks first: both kernels against a CPU reference in double precision over the same bf16
+// K/V (GQA 4:1 and 8:1, uneven lengths, every partition size). Then times both (lab.cuh's
+// time_ms) at 1-128 sequences and contexts 1024, 2049 and 4096, GQA 4:1 (Llama-3-8B's heads),
+// each at the partition the engine's rule picks (k_decode_partition) and the new one also at
+// every other; the K/V rotate over copies so that no launch reads from L2.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.cu"
+#include "kernels/elementwise.cu"
+#include "kernels/prefill_wgmma.cu"
+#include "kernels/cuda_check.h"
+#include "kernels/numerics.h"
+#include "kernels/dev/lab.cuh"
+
+#define HD 128
+#define NH 32
+#define BS 16
+#define POOL_BYTES (512ll << 20) // K/V copies rotate over at least this much
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+#define GM_WARPS 4
+#define GM_CHUNK 16 // tokens a warp multiplies at a time: one k16 step of P V
+#define GM_STAGES 2
+
+template <int D> __host__ __device__ constexpr int gm_lds() { return D + 8; } // padded rows: ldmatrix without bank conflicts
+template <int D> constexpr int gm_smem_bytes()
+{
+    return (16 + GM_WARPS * GM_STAGES * 2 * GM_CHUNK) * gm_lds<D>() * 2;
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(GM_WARPS * 32, 3)
+gqa_decode_mma_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts, float *partials,
+                      int32_t *counters)
+{
+    static_assert(G >= 1 && G <= 8, "the G heads are rows 0..G-1 of one m16 tile (its upper half)");
+    constexpr int LDS = gm_lds<D>(), KSTEPS = D / 16, NT = D / 8, THREADS = GM_WARPS * 32;
+    constexpr int PIECES = GM_CHUNK * D / 8 / 32; // 16-byte pieces of K (and of V) a lane copies a chunk
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *sQ = smem; // (16, LDS): the G heads' queries, then zero rows
+
+    griddep_wait();
+    griddep_launch_next();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int mi = lane >> 3, r8 = lane & 7;
+    const int group = blockIdx.x, di = blockIdx.y, part = blockIdx.z;
+    const int b = decode_seqs[di];
+    const int len = a.seq_lens[b];
+    const int nparts = (len + P - 1) / P;
+    if (part >= nparts) return;
+    const int t0 = part * P, n = min(P, len - t0);
+    const int qh0 = group * G, kvh = qh0 / (a.nh / a.nkv);
+    const int row = a.query_start_loc[b];
+    const int32_t *bt = a.block_tables + (int64_t)b * a.bt_stride;
+    const int bs = a.block_size;
+    const uint4 *kc16 = reinterpret_cast<const uint4 *>(a.k_cache);
+    const uint4 *vc16 = reinterpret_cast<const uint4 *>(a.v_cache);
+    uint16_t *sK0 = smem + 16 * LDS + warp * GM_STAGES * 2 * GM_CHUNK * LDS; // this warp's ring
+
+    // chunk c of the partition into stage st of this warp's ring (rows past n: zeros)
+    auto load = [&](int c, int st) {
+        uint16_t *K = sK0 + st * 2 * GM_CHUNK * LDS, *V = K + GM_CHUNK * LDS;
+#pragma unroll
+        for (int i = 0; i < PIECES; i++) {
+            const int idx = lane + 32 * i, j = idx / (D / 8), cc = idx % (D / 8), tok = c * GM_CHUNK + j;
+            const bool ok = tok < n;
+            const int t = t0 + tok;
+            const int64_t off = ok ? (((int64_t)bt[t / bs] * bs + t % bs) * a.nkv + kvh) * (D / 8) + cc : 0;
+            cp_async16(K + j * LDS + cc * 8, kc16 + off, ok ? 16 : 0);
+            cp_async16(V + j * LDS + cc * 8, vc16 + off, ok ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    const int nch = (n + GM_CHUNK - 1) / GM_CHUNK;
+    if (warp < nch) load(warp, 0); // in flight while the queries are staged
+
+    const float qscale = a.scale * LOG2E;
+    for (int idx = tid; idx < 16 * (D / 4); idx += THREADS) {
+        const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+        float4 v = make_float4(0, 0, 0, 0);
+        if (r < G)
+            v = *reinterpret_cast<const float4 *>(a.qkv + (int64_t)row * a.qkv_stride + (int64_t)(qh0 + r) * D + c);
+        uint32_t *dst = reinterpret_cast<uint32_t *>(sQ + r * LDS + c);
+        dst[0] = pack_bf16x2(v.x * qscale, v.y * qscale);
+        dst[1] = pack_bf16x2(v.z * qscale, v.w * qscale);
+    }
+    __syncthreads();
+    uint32_t qa[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) ldmatrix_x4(qa[kk], sQ + ((mi & 1) * 8 + r8) * LDS + kk * 16 + (mi >> 1) * 8);
+
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+    float m = -INFINITY, l = 0; // row g's (each lane of its quad holds the same m, a part of l)
+    int st = 0;
+    for (int c = warp; c < nch; c += GM_WARPS, st ^= 1) {
+        if (c + GM_WARPS < nch) {
+            load(c + GM_WARPS, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncwarp();
+        const uint16_t *K = sK0 + st * 2 * GM_CHUNK * LDS, *V = K + GM_CHUNK * LDS;
+        float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, K + ((mi >> 1) * 8 + r8) * LDS + kk * 16 + (mi & 1) * 8);
+            mma_bf16(s[0], qa[kk], kb[0], kb[1]);
+            mma_bf16(s[1], qa[kk], kb[2], kb[3]);
+        }
+        const int base = c * GM_CHUNK;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int key = base + j * 8 + tq * 2;
+            if (key >= n) s[j][0] = -INFINITY;
+            if (key + 1 >= n) s[j][1] = -INFINITY;
+        }
+        float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(m, mx); // finite: a chunk holds at least one key
+        const float alpha = exp2f(m - mnew);
+        const float p00 = ex2_approx(s[0][0] - mnew), p01 = ex2_approx(s[0][1] - mnew);
+        const float p10 = ex2_approx(s[1][0] - mnew), p11 = ex2_approx(s[1][1] - mnew);
+        l = l * alpha + (p00 + p01 + p10 + p11);
+        m = mnew;
+#pragma unroll
+        for (int j = 0; j < NT; j++) o[j][0] *= alpha, o[j][1] *= alpha;
+        const uint32_t pa[4] = {pack_bf16x2(p00, p01), 0u, pack_bf16x2(p10, p11), 0u};
+#pragma unroll
+        for (int j2 = 0; j2 < NT / 2; j2++) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, V + ((mi & 1) * 8 + r8) * LDS + (2 * j2 + (mi >> 1)) * 8);
+            mma_bf16(o[2 * j2], pa, vb[0], vb[1]);
+            mma_bf16(o[2 * j2 + 1], pa, vb[2], vb[3]);
+        }
+        __syncwarp(); // every lane is done with this stage before it is refilled
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+    // the warps' (m, l, o) of each head, merged
+    __syncthreads(); // the rings are free: reuse them
+    float *sm = reinterpret_cast<float *>(smem + 16 * LDS);
+    float *s_m = sm, *s_l = s_m + GM_WARPS * G, *s_o = s_l + GM_WARPS * G; // (W, G), (W, G), (W, G, D)
+    if (g < G) {
+        if (tq == 0) s_m[warp * G + g] = m, s_l[warp * G + g] = l;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            s_o[(warp * G + g) * D + j * 8 + tq * 2] = o[j][0];
+            s_o[(warp * G + g) * D + j * 8 + tq * 2 + 1] = o[j][1];
+        }
+    }
+    __syncthreads();
+    __shared__ float s_stat[2][G];
+    __shared__ int s_last;
+    if (tid < G) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < GM_WARPS; w++) M = fmaxf(M, s_m[w * G + tid]);
+        float L = 0;
+#pragma unroll
+        for (int w = 0; w < GM_WARPS; w++) L += s_l[w * G + tid] * exp2f(s_m[w * G + tid] - M);
+        s_stat[0][tid] = M, s_stat[1][tid] = L;
+    }
+    __syncthreads();
+    bf16_t *out = a.out + (int64_t)row * a.out_stride;
+    auto merged = [&](int gg, int d) {
+        float v = 0;
+#pragma unroll
+        for (int w = 0; w < GM_WARPS; w++) v += s_o[(w * G + gg) * D + d] * exp2f(s_m[w * G + gg] - s_stat[0][gg]);
+        return v;
+    };
+    if (nparts == 1) {
+        for (int k = tid; k < G * D; k += THREADS) {
+            const int gg = k / D, d = k % D;
+            out[(qh0 + gg) * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(merged(gg, d) / s_stat[1][gg]));
+        }
+        return;
+    }
+    for (int k = tid; k < G * (D + 2); k += THREADS) {
+        const int gg = k / (D + 2), d = k % (D + 2);
+        const float v = d < D ? merged(gg, d) : s_stat[d - D][gg];
+        partials[(((int64_t)di * a.nh + qh0 + gg) * max_parts + part) * (D + 2) + d] = v;
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int *ctr = counters + (int64_t)di * a.nh + qh0;
+        s_last = atomicAdd(ctr, 1) == nparts - 1;
+        if (s_last) *ctr = 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int k = tid; k < G * D; k += THREADS) {
+        const int gg = k / D, d = k % D;
+        const float *pp = partials + (((int64_t)di * a.nh + qh0 + gg) * max_parts) * (D + 2);
+        float M = -INFINITY;
+        for (int p = 0; p < nparts; p++) M = fmaxf(M, __ldcg(pp + p * (D + 2) + D));
+        float num = 0, den = 0;
+        for (int p = 0; p < nparts; p++) {
+            const float w = exp2f(__ldcg(pp + p * (D + 2) + D) - M);
+            num += w * __ldcg(pp + p * (D + 2) + d);
+            den += w * __ldcg(pp + p * (D + 2) + D + 1);
+        }
+        out[(qh0 + gg) * D + d] = __bfloat16_as_ushort(__float2bfloat16_rn(num / den));
+    }
+}
+
+template <int G>
+static cudaError_t launch_gm(const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t P, int32_t mp,
+                             float *partials, int32_t *counters, cudaStream_t stream)
+{
+    static bool attr = false;
+    if (!attr) {
+        CUDA_CHECK(cudaFuncSetAttribute(gqa_decode_mma_kernel<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        gm_smem_bytes<HD>()));
+        attr = true;
+    }
+    return k_launch(gqa_decode_mma_kernel<HD, G>, dim3(a->nh / G, nd, mp), dim3(GM_WARPS * 32), gm_smem_bytes<HD>(),
+                    stream, *a, ds, P, mp, partials, counters);
+}
+
+// ---- the harness (decode_partitions.cu's shapes) --------------------------------------------------
+
+static cudaStream_t st;
+static int failures;
+
+typedef struct shape {
+    int B, nkv, max_len, blocks, copies, next, P, max_parts, mma;
+    int32_t *d_dec, *d_qsl, *d_lens, *d_bt, *counters;
+    float *qkv, *partials;
+    bf16_t *kv, *out;
+    int64_t copy_elems;
+} shape;
+
+static void shape_open(shape *s, int B, const int *lens, int nkv, int64_t pool_bytes)
+{
+    memset(s, 0, sizeof *s);
+    s->B = B, s->nkv = nkv;
+    for (int b = 0; b < B; b++) s->max_len = lens[b] > s->max_len ? lens[b] : s->max_len;
+    const int S = (s->max_len + BS - 1) / BS;
+    s->blocks = B * S;
+    s->copy_elems = (int64_t)s->blocks * BS * nkv * HD;
+    const int64_t copy_bytes = 2 * s->copy_elems * 2;
+    s->copies = (int)((pool_bytes + copy_bytes - 1) / copy_bytes);
+    if (s->copies < 1) s->copies = 1;
+    int32_t *bt = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->blocks), dec[256], qsl[257];
+    for (int i = 0; i < s->blocks; i++) bt[i] = (int32_t)((i * 7919LL) % s->blocks); // scattered pages
+    for (int b = 0; b < B; b++) dec[b] = b, qsl[b] = b;
+    qsl[B] = B;
+    CUDA_CHECK(cudaMalloc((void **)&s->d_bt, sizeof(int32_t) * (size_t)s->blocks));
+    CUDA_CHECK(cudaMalloc((void **)&s->d_dec, sizeof(int32_t) * (size_t)B));
+    CUDA_CHECK(cudaMalloc((void **)&s->d_qsl, sizeof(int32_t) * (size_t)(B + 1)));
+    CUDA_CHECK(cudaMalloc((void **)&s->d_lens, sizeof(int32_t) * (size_t)B));
+    CUDA_CHECK(cudaMemcpy(s->d_bt, bt, sizeof(int32_t) * (size_t)s->blocks, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s->d_dec, dec, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s->d_qsl, qsl, sizeof(int32_t) * (size_t)(B + 1), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s->d_lens, lens, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
+    free(bt);
+    const int stride = (NH + 2 * nkv) * HD;
+    CUDA_CHECK(cudaMalloc((void **)&s->qkv, sizeof(float) * (size_t)B * stride));
+    float *q = (float *)malloc(sizeof(float) * (size_t)B * stride);
+    for (int64_t i = 0; i < (int64_t)B * stride; i++) q[i] = bf16_to_f32(synth_weight_bf16(5, 1, (uint64_t)i, 0, 0.5f));
+    CUDA_CHECK(cudaMemcpy(s->qkv, q, sizeof(float) * (size_t)B * stride, cudaMemcpyHostToDevice));
+    free(q);
+    CUDA_CHECK(cudaMalloc((void **)&s->kv, (size_t)(2 * s->copy_elems * s->copies) * 2));
+    for (int c = 0; c < s->copies; c++)
+        CUDA_CHECK(k_synth_bf16(s->kv + 2 * s->copy_elems * c, 2 * s->copy_elems, 5, 2, 0, 0.5f, st));
+    CUDA_CHECK(cudaMalloc((void **)&s->out, sizeof(bf16_t) * (size_t)B * NH * HD));
+    CUDA_CHECK(cudaMalloc((void **)&s->partials, sizeof(float) * (size_t)B * NH * ((s->max_len + 31) / 32) * (HD + 2)));
+    CUDA_CHECK(cudaMalloc((void **)&s->counters, sizeof(int32_t) * (size_t)B * NH));
+    CUDA_CHECK(cudaMemset(s->counters, 0, sizeof(int32_t) * (size_t)B * NH));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+static void shape_close(shape *s)
+{
+    cudaFree(s->d_bt), cudaFree(s->d_dec), cudaFree(s->d_qsl), cudaFree(s->d_lens), cudaFree(s->qkv);
+    cudaFree(s->kv), cudaFree(s->out), cudaFree(s->partials), cudaFree(s->counters);
+}
+
+static void do_decode(void *ctx)
+{
+    shape *s = (shape *)ctx;
+    const bf16_t *k = s->kv + 2 * s->copy_elems * s->next;
+    s->next = (s->next + 1) % s->copies;
+    k_attn_args a = {.qkv = s->qkv, .qkv_stride = (NH + 2 * s->nkv) * HD, .k_cache = k, .v_cache = k + s->copy_elems,
+                     .out = s->out, .out_stride = NH * HD, .query_start_loc = s->d_qsl, .seq_lens = s->d_lens,
+                     .block_tables = s->d_bt, .bt_stride = (s->max_len + BS - 1) / BS, .nh = NH, .nkv = s->nkv,
+                     .hd = HD, .block_size = BS, .scale = 1.0f / sqrtf((float)HD)};
+    if (!s->mma) {
+        CUDA_CHECK(k_decode_attention(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st));
+        return;
+    }
+    switch (NH / s->nkv) {
+    case 8: CUDA_CHECK(launch_gm<8>(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 4: CUDA_CHECK(launch_gm<4>(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    default: fprintf(stderr, "gqa_decode_mma: no variant for %d heads a KV head\n", NH / s->nkv); exit(2);
+    }
+}
+
+// Both kernels at every partition for lens against attention in double precision on the host.
+static void check(int B, const int *lens, int nkv)
+{
+    shape s;
+    shape_open(&s, B, lens, nkv, 0);
+    const int stride = (NH + 2 * nkv) * HD, S = (s.max_len + BS - 1) / BS;
+    const int64_t n2 = 2 * s.copy_elems;
+    bf16_t *kv = (bf16_t *)malloc(sizeof(bf16_t) * (size_t)n2);
+    for (int64_t i = 0; i < n2; i++) kv[i] = synth_weight_bf16(5, 2, (uint64_t)i, 0, 0.5f);
+    float *q = (float *)malloc(sizeof(float) * (size_t)B * stride);
+    CUDA_CHECK(cudaMemcpyAsync(q, s.qkv, sizeof(float) * (size_t)B * stride, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double *ref = (double *)calloc((size_t)B * NH * HD, sizeof(double)), *w = (double *)malloc(sizeof(double) * (size_t)s.max_len);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / (NH / nkv);
+            double m = -INFINITY, l = 0;
+            for (int t = 0; t < lens[b]; t++) {
+                const int64_t slot = (int64_t)((b * S + t / BS) * 7919LL % s.blocks) * BS + t % BS;
+                const bf16_t *kr = kv + (slot * nkv + kvh) * HD;
+                double dot = 0;
+                for (int d = 0; d < HD; d++) dot += (double)q[(int64_t)b * stride + h * HD + d] * bf16_to_f32(kr[d]);
+                w[t] = dot / sqrt((double)HD);
+                m = w[t] > m ? w[t] : m;
+            }
+            for (int t = 0; t < lens[b]; t++) l += (w[t] = exp(w[t] - m));
+            for (int t = 0; t < lens[b]; t++) {
+                const int64_t slot = (int64_t)((b * S + t / BS) * 7919LL % s.blocks) * BS + t % BS;
+                const bf16_t *vr = kv + s.copy_elems + (slot * nkv + kvh) * HD;
+                for (int d = 0; d < HD; d++) ref[((int64_t)b * NH + h) * HD + d] += w[t] / l * bf16_to_f32(vr[d]);
+            }
+        }
+    bf16_t *out = (bf16_t *)malloc(sizeof(bf16_t) * (size_t)B * NH * HD);
+    for (int mma = 0; mma < 2; mma++)
+        for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
+            s.P = P, s.max_parts = (s.max_len + P - 1) / P, s.next = 0, s.mma = mma;
+            CUDA_CHECK(cudaMemsetAsync(s.out, 0, sizeof(bf16_t) * (size_t)B * NH * HD, st));
+            do_decode(&s);
+            CUDA_CHECK(cudaMemcpyAsync(out, s.out, sizeof(bf16_t) * (size_t)B * NH * HD, cudaMemcpyDeviceToHost, st));
+            CUDA_CHECK(cudaStreamSynchronize(st));
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < (int64_t)B * NH * HD; i++) {
+                const double d = bf16_to_f32(out[i]) - ref[i];
+                num += d * d, den += ref[i] * ref[i];
+            }
+            const double rel = sqrt(num / den);
+            const bool ok = rel < 1e-2;
+            failures += !ok;
+            printf("check %s: heads %d/%d, lengths", mma ? "mma    " : "product", NH, nkv);
+            for (int b = 0; b < B; b++) printf(" %d", lens[b]);
+            printf(", P=%d: rel L2 %.2e %s\n", P, rel, ok ? "ok" : "FAILED");
+        }
+    free(kv), free(q), free(ref), free(w), free(out);
+    shape_close(&s);
+}
+
+int main(void)
+{
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int uneven[4] = {37, 700, 1203, 16};
+    check(4, uneven, 8);
+    check(4, uneven, 4);
+
+    const double copy_gbs = lab_copy_gbs(st);
+    printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written); GQA %d/8, ms (share of the copy "
+           "ceiling)\n\n",
+           copy_gbs, NH);
+    printf("| B   | context | rule P | product          | mma              | mma / product | mma, best P | mma best ms      |\n");
+    printf("|-----|---------|--------|------------------|------------------|---------------|-------------|------------------|\n");
+    static const int batches[] = {1, 2, 4, 8, 16, 32, 64, 128}, ctxs[] = {1024, 2049, 4096};
+    for (int c = 0; c < 3; c++)
+        for (int bi = 0; bi < 8; bi++) {
+            const int B = batches[bi], len = ctxs[c];
+            int lens[128];
+            if ((int64_t)B * len > 256 * 2049) continue;
+            for (int b = 0; b < B; b++) lens[b] = len;
+            shape s;
+            shape_open(&s, B, lens, 8, POOL_BYTES);
+            const double bytes = 2.0 * B * len * 8 * HD * 2;
+            const int rule = k_decode_partition(NH, 8, B, len, sms, INT64_MAX);
+            s.P = rule, s.max_parts = (len + rule - 1) / rule;
+            s.mma = 0;
+            const double tp = time_ms(do_decode, &s, st);
+            s.mma = 1;
+            const double tm = time_ms(do_decode, &s, st);
+            double best = 1e30;
+            int best_p = 0;
+            for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
+                s.P = P, s.max_parts = (len + P - 1) / P;
+                const double t = P == rule ? tm : time_ms(do_decode, &s, st);
+                if (t < best) best = t, best_p = P;
+            }
+#define PCT(t) (100.0 * bytes / ((t) * 1e-3) / (copy_gbs * 1e9))
+            printf("| %-3d | %-7d | %6d | %.4f (%5.1f%%) | %.4f (%5.1f%%) | %13.2f | %11d | %.4f (%5.1f%%) |\n", B, len,
+                   rule, tp, PCT(tp), tm, PCT(tm), tm / tp, best_p, best, PCT(best));
+            shape_close(&s);
+        }
+    printf("\ngqa_decode_mma: %s\n", failures ? "CHECKS FAILED" : "all checks passed");
+    return failures ? 1 : 0;
+}
