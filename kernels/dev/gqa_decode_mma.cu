@@ -16,11 +16,14 @@
 //
 //   build/dev/gqa_decode_mma
 //
-// Checks first: both kernels against a CPU reference in double precision over the same bf16
-// K/V (GQA 4:1 and 8:1, uneven lengths, every partition size). Then times both (lab.cuh's
-// time_ms) at 1-128 sequences and contexts 1024, 2049 and 4096, GQA 4:1 (Llama-3-8B's heads),
-// each at the partition the engine's rule picks (k_decode_partition) and the new one also at
-// every other; the K/V rotate over copies so that no launch reads from L2.
+// The new kernel comes in variants (`variants`: warps a block x stages of each warp's ring: more
+// warps share the queries' staging and the merge, more stages keep more chunks in flight a warp,
+// both cost shared memory and so blocks an SM). Checks first: the shipped kernel and every
+// variant against a CPU reference in double precision over the same bf16 K/V (GQA 4:1 and 8:1,
+// uneven lengths, every partition size). Then times them (lab.cuh's time_ms) at 1-128 sequences
+// and contexts 1024, 2049 and 4096, GQA 4:1 (Llama-3-8B's heads): the shipped kernel at the
+// partition the engine's rule picks (k_decode_partition), each variant at that partition and at
+// its best; the K/V rotate over copies so that no launch reads from L2.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,21 +43,19 @@
 
 // ---- the kernel ---------------------------------------------------------------------------------
 
-#define GM_WARPS 4
 #define GM_CHUNK 16 // tokens a warp multiplies at a time: one k16 step of P V
-#define GM_STAGES 2
 
 template <int D> __host__ __device__ constexpr int gm_lds() { return D + 8; } // padded rows: ldmatrix without bank conflicts
-template <int D> constexpr int gm_smem_bytes()
-{
-    return (16 + GM_WARPS * GM_STAGES * 2 * GM_CHUNK) * gm_lds<D>() * 2;
-}
+// W warps a block, each with a ring of NS stages of a chunk's K and V
+template <int D, int W, int NS> constexpr int gm_smem_bytes() { return (16 + W * NS * 2 * GM_CHUNK) * gm_lds<D>() * 2; }
 
-template <int D, int G>
-__global__ void __launch_bounds__(GM_WARPS * 32, 3)
+// W warps of NS stages: registers bounded for 12 warps an SM (~170 each)
+template <int D, int G, int W, int NS>
+__global__ void __launch_bounds__(W * 32, 12 / W)
 gqa_decode_mma_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int32_t max_parts, float *partials,
                       int32_t *counters)
 {
+    constexpr int GM_WARPS = W;
     static_assert(G >= 1 && G <= 8, "the G heads are rows 0..G-1 of one m16 tile (its upper half)");
     constexpr int LDS = gm_lds<D>(), KSTEPS = D / 16, NT = D / 8, THREADS = GM_WARPS * 32;
     constexpr int PIECES = GM_CHUNK * D / 8 / 32; // 16-byte pieces of K (and of V) a lane copies a chunk
@@ -77,7 +78,7 @@ gqa_decode_mma_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int3
     const int bs = a.block_size;
     const uint4 *kc16 = reinterpret_cast<const uint4 *>(a.k_cache);
     const uint4 *vc16 = reinterpret_cast<const uint4 *>(a.v_cache);
-    uint16_t *sK0 = smem + 16 * LDS + warp * GM_STAGES * 2 * GM_CHUNK * LDS; // this warp's ring
+    uint16_t *sK0 = smem + 16 * LDS + warp * NS * 2 * GM_CHUNK * LDS; // this warp's ring
 
     // chunk c of the partition into stage st of this warp's ring (rows past n: zeros)
     auto load = [&](int c, int st) {
@@ -93,8 +94,14 @@ gqa_decode_mma_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int3
         }
         cp_async_commit();
     };
-    const int nch = (n + GM_CHUNK - 1) / GM_CHUNK;
-    if (warp < nch) load(warp, 0); // in flight while the queries are staged
+    // this warp's chunks: warp, warp + W, ...; the first NS - 1 in flight while the queries are
+    // staged (empty groups keep the count uniform, so the wait below is one constant)
+    const int nch = (n + GM_CHUNK - 1) / GM_CHUNK, mine = warp < nch ? (nch - warp + W - 1) / W : 0;
+#pragma unroll
+    for (int k = 0; k < NS - 1; k++) {
+        if (k < mine) load(warp + k * W, k);
+        else cp_async_commit();
+    }
 
     const float qscale = a.scale * LOG2E;
     for (int idx = tid; idx < 16 * (D / 4); idx += THREADS) {
@@ -115,16 +122,13 @@ gqa_decode_mma_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int3
 #pragma unroll
     for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
     float m = -INFINITY, l = 0; // row g's (each lane of its quad holds the same m, a part of l)
-    int st = 0;
-    for (int c = warp; c < nch; c += GM_WARPS, st ^= 1) {
-        if (c + GM_WARPS < nch) {
-            load(c + GM_WARPS, st ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+    for (int k = 0; k < mine; k++) {
+        if (k + NS - 1 < mine) load(warp + (k + NS - 1) * W, (k + NS - 1) % NS);
+        else cp_async_commit();
+        cp_async_wait<NS - 1>(); // chunk k's group is done
         __syncwarp();
-        const uint16_t *K = sK0 + st * 2 * GM_CHUNK * LDS, *V = K + GM_CHUNK * LDS;
+        const int c = warp + k * W;
+        const uint16_t *K = sK0 + (k % NS) * 2 * GM_CHUNK * LDS, *V = K + GM_CHUNK * LDS;
         float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
@@ -233,18 +237,34 @@ gqa_decode_mma_kernel(k_attn_args a, const int32_t *decode_seqs, int32_t P, int3
     }
 }
 
-template <int G>
+template <int G, int W, int NS>
 static cudaError_t launch_gm(const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t P, int32_t mp,
                              float *partials, int32_t *counters, cudaStream_t stream)
 {
     static bool attr = false;
     if (!attr) {
-        CUDA_CHECK(cudaFuncSetAttribute(gqa_decode_mma_kernel<HD, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        gm_smem_bytes<HD>()));
+        CUDA_CHECK(cudaFuncSetAttribute(gqa_decode_mma_kernel<HD, G, W, NS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, gm_smem_bytes<HD, W, NS>()));
         attr = true;
     }
-    return k_launch(gqa_decode_mma_kernel<HD, G>, dim3(a->nh / G, nd, mp), dim3(GM_WARPS * 32), gm_smem_bytes<HD>(),
-                    stream, *a, ds, P, mp, partials, counters);
+    return k_launch(gqa_decode_mma_kernel<HD, G, W, NS>, dim3(a->nh / G, nd, mp), dim3(W * 32),
+                    gm_smem_bytes<HD, W, NS>(), stream, *a, ds, P, mp, partials, counters);
+}
+
+// The variants timed: warps a block x stages a warp.
+static const struct { int W, NS; } variants[] = {{4, 2}, {4, 3}, {2, 2}, {2, 4}};
+#define NUM_VARIANTS 4
+
+template <int G>
+static cudaError_t launch_variant(int v, const k_attn_args *a, const int32_t *ds, int32_t nd, int32_t P, int32_t mp,
+                                  float *partials, int32_t *counters, cudaStream_t stream)
+{
+    switch (v) {
+    case 0: return launch_gm<G, 4, 2>(a, ds, nd, P, mp, partials, counters, stream);
+    case 1: return launch_gm<G, 4, 3>(a, ds, nd, P, mp, partials, counters, stream);
+    case 2: return launch_gm<G, 2, 2>(a, ds, nd, P, mp, partials, counters, stream);
+    default: return launch_gm<G, 2, 4>(a, ds, nd, P, mp, partials, counters, stream);
+    }
 }
 
 // ---- the harness (decode_partitions.cu's shapes) --------------------------------------------------
@@ -253,7 +273,8 @@ static cudaStream_t st;
 static int failures;
 
 typedef struct shape {
-    int B, nkv, max_len, blocks, copies, next, P, max_parts, mma;
+    int B, nkv, max_len, blocks, copies, next, P, max_parts;
+    int mma; // 0: the shipped kernel, v + 1: variants[v]
     int32_t *d_dec, *d_qsl, *d_lens, *d_bt, *counters;
     float *qkv, *partials;
     bf16_t *kv, *out;
@@ -320,8 +341,8 @@ static void do_decode(void *ctx)
         return;
     }
     switch (NH / s->nkv) {
-    case 8: CUDA_CHECK(launch_gm<8>(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
-    case 4: CUDA_CHECK(launch_gm<4>(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 8: CUDA_CHECK(launch_variant<8>(s->mma - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 4: CUDA_CHECK(launch_variant<4>(s->mma - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
     default: fprintf(stderr, "gqa_decode_mma: no variant for %d heads a KV head\n", NH / s->nkv); exit(2);
     }
 }
@@ -359,7 +380,7 @@ static void check(int B, const int *lens, int nkv)
             }
         }
     bf16_t *out = (bf16_t *)malloc(sizeof(bf16_t) * (size_t)B * NH * HD);
-    for (int mma = 0; mma < 2; mma++)
+    for (int mma = 0; mma <= NUM_VARIANTS; mma++)
         for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
             s.P = P, s.max_parts = (s.max_len + P - 1) / P, s.next = 0, s.mma = mma;
             CUDA_CHECK(cudaMemsetAsync(s.out, 0, sizeof(bf16_t) * (size_t)B * NH * HD, st));
@@ -374,7 +395,8 @@ static void check(int B, const int *lens, int nkv)
             const double rel = sqrt(num / den);
             const bool ok = rel < 1e-2;
             failures += !ok;
-            printf("check %s: heads %d/%d, lengths", mma ? "mma    " : "product", NH, nkv);
+            if (mma) printf("check mma %dx%d: heads %d/%d, lengths", variants[mma - 1].W, variants[mma - 1].NS, NH, nkv);
+            else printf("check shipped: heads %d/%d, lengths", NH, nkv);
             for (int b = 0; b < B; b++) printf(" %d", lens[b]);
             printf(", P=%d: rel L2 %.2e %s\n", P, rel, ok ? "ok" : "FAILED");
         }
@@ -392,11 +414,14 @@ int main(void)
     check(4, uneven, 4);
 
     const double copy_gbs = lab_copy_gbs(st);
-    printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written); GQA %d/8, ms (share of the copy "
-           "ceiling)\n\n",
+    printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written); GQA %d/8; ms (share of the copy "
+           "ceiling); each variant (warps x stages) at the rule's partition, then at its best one\n\n",
            copy_gbs, NH);
-    printf("| B   | context | rule P | product          | mma              | mma / product | mma, best P | mma best ms      |\n");
-    printf("|-----|---------|--------|------------------|------------------|---------------|-------------|------------------|\n");
+    printf("| B   | context | rule P | shipped          |");
+    for (int v = 0; v < NUM_VARIANTS; v++) printf(" mma %dx%d          | best (P)          |", variants[v].W, variants[v].NS);
+    printf("\n|---|---|---|---|");
+    for (int v = 0; v < NUM_VARIANTS; v++) printf("---|---|");
+    printf("\n");
     static const int batches[] = {1, 2, 4, 8, 16, 32, 64, 128}, ctxs[] = {1024, 2049, 4096};
     for (int c = 0; c < 3; c++)
         for (int bi = 0; bi < 8; bi++) {
@@ -408,21 +433,23 @@ int main(void)
             shape_open(&s, B, lens, 8, POOL_BYTES);
             const double bytes = 2.0 * B * len * 8 * HD * 2;
             const int rule = k_decode_partition(NH, 8, B, len, sms, INT64_MAX);
-            s.P = rule, s.max_parts = (len + rule - 1) / rule;
-            s.mma = 0;
-            const double tp = time_ms(do_decode, &s, st);
-            s.mma = 1;
-            const double tm = time_ms(do_decode, &s, st);
-            double best = 1e30;
-            int best_p = 0;
-            for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
-                s.P = P, s.max_parts = (len + P - 1) / P;
-                const double t = P == rule ? tm : time_ms(do_decode, &s, st);
-                if (t < best) best = t, best_p = P;
-            }
 #define PCT(t) (100.0 * bytes / ((t) * 1e-3) / (copy_gbs * 1e9))
-            printf("| %-3d | %-7d | %6d | %.4f (%5.1f%%) | %.4f (%5.1f%%) | %13.2f | %11d | %.4f (%5.1f%%) |\n", B, len,
-                   rule, tp, PCT(tp), tm, PCT(tm), tm / tp, best_p, best, PCT(best));
+            s.P = rule, s.max_parts = (len + rule - 1) / rule, s.mma = 0;
+            const double tp = time_ms(do_decode, &s, st);
+            printf("| %-3d | %-7d | %6d | %.4f (%5.1f%%) |", B, len, rule, tp, PCT(tp));
+            for (int v = 0; v < NUM_VARIANTS; v++) {
+                s.mma = v + 1;
+                double at_rule = 0, best = 1e30;
+                int best_p = 0;
+                for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
+                    s.P = P, s.max_parts = (len + P - 1) / P;
+                    const double t = time_ms(do_decode, &s, st);
+                    if (P == rule) at_rule = t;
+                    if (t < best) best = t, best_p = P;
+                }
+                printf(" %.4f (%5.1f%%) | %.4f (%3d) |", at_rule, PCT(at_rule), best, best_p);
+            }
+            printf("\n");
             shape_close(&s);
         }
     printf("\ngqa_decode_mma: %s\n", failures ? "CHECKS FAILED" : "all checks passed");
