@@ -267,140 +267,44 @@ static cudaError_t launch_variant(int v, const k_attn_args *a, const int32_t *ds
     }
 }
 
-// ---- the harness (decode_partitions.cu's shapes) --------------------------------------------------
+// ---- the harness ---------------------------------------------------------------------------------
 
 static cudaStream_t st;
 static int failures;
 
-typedef struct shape {
-    int B, nkv, max_len, blocks, copies, next, P, max_parts;
-    int mma; // 0: the shipped kernel, v + 1: variants[v]
-    int32_t *d_dec, *d_qsl, *d_lens, *d_bt, *counters;
-    float *qkv, *partials;
-    bf16_t *kv, *out;
-    int64_t copy_elems;
-} shape;
+#include "kernels/dev/decode_shapes.cuh"
 
-static void shape_open(shape *s, int B, const int *lens, int nkv, int64_t pool_bytes)
-{
-    memset(s, 0, sizeof *s);
-    s->B = B, s->nkv = nkv;
-    for (int b = 0; b < B; b++) s->max_len = lens[b] > s->max_len ? lens[b] : s->max_len;
-    const int S = (s->max_len + BS - 1) / BS;
-    s->blocks = B * S;
-    s->copy_elems = (int64_t)s->blocks * BS * nkv * HD;
-    const int64_t copy_bytes = 2 * s->copy_elems * 2;
-    s->copies = (int)((pool_bytes + copy_bytes - 1) / copy_bytes);
-    if (s->copies < 1) s->copies = 1;
-    int32_t *bt = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->blocks), dec[256], qsl[257];
-    for (int i = 0; i < s->blocks; i++) bt[i] = (int32_t)((i * 7919LL) % s->blocks); // scattered pages
-    for (int b = 0; b < B; b++) dec[b] = b, qsl[b] = b;
-    qsl[B] = B;
-    CUDA_CHECK(cudaMalloc((void **)&s->d_bt, sizeof(int32_t) * (size_t)s->blocks));
-    CUDA_CHECK(cudaMalloc((void **)&s->d_dec, sizeof(int32_t) * (size_t)B));
-    CUDA_CHECK(cudaMalloc((void **)&s->d_qsl, sizeof(int32_t) * (size_t)(B + 1)));
-    CUDA_CHECK(cudaMalloc((void **)&s->d_lens, sizeof(int32_t) * (size_t)B));
-    CUDA_CHECK(cudaMemcpy(s->d_bt, bt, sizeof(int32_t) * (size_t)s->blocks, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(s->d_dec, dec, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(s->d_qsl, qsl, sizeof(int32_t) * (size_t)(B + 1), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(s->d_lens, lens, sizeof(int32_t) * (size_t)B, cudaMemcpyHostToDevice));
-    free(bt);
-    const int stride = (NH + 2 * nkv) * HD;
-    CUDA_CHECK(cudaMalloc((void **)&s->qkv, sizeof(float) * (size_t)B * stride));
-    float *q = (float *)malloc(sizeof(float) * (size_t)B * stride);
-    for (int64_t i = 0; i < (int64_t)B * stride; i++) q[i] = bf16_to_f32(synth_weight_bf16(5, 1, (uint64_t)i, 0, 0.5f));
-    CUDA_CHECK(cudaMemcpy(s->qkv, q, sizeof(float) * (size_t)B * stride, cudaMemcpyHostToDevice));
-    free(q);
-    CUDA_CHECK(cudaMalloc((void **)&s->kv, (size_t)(2 * s->copy_elems * s->copies) * 2));
-    for (int c = 0; c < s->copies; c++)
-        CUDA_CHECK(k_synth_bf16(s->kv + 2 * s->copy_elems * c, 2 * s->copy_elems, 5, 2, 0, 0.5f, st));
-    CUDA_CHECK(cudaMalloc((void **)&s->out, sizeof(bf16_t) * (size_t)B * NH * HD));
-    CUDA_CHECK(cudaMalloc((void **)&s->partials, sizeof(float) * (size_t)B * NH * ((s->max_len + 31) / 32) * (HD + 2)));
-    CUDA_CHECK(cudaMalloc((void **)&s->counters, sizeof(int32_t) * (size_t)B * NH));
-    CUDA_CHECK(cudaMemset(s->counters, 0, sizeof(int32_t) * (size_t)B * NH));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-}
-
-static void shape_close(shape *s)
-{
-    cudaFree(s->d_bt), cudaFree(s->d_dec), cudaFree(s->d_qsl), cudaFree(s->d_lens), cudaFree(s->qkv);
-    cudaFree(s->kv), cudaFree(s->out), cudaFree(s->partials), cudaFree(s->counters);
-}
-
+// s->kernel: 0 the shipped kernel, v + 1 variants[v]
 static void do_decode(void *ctx)
 {
     shape *s = (shape *)ctx;
-    const bf16_t *k = s->kv + 2 * s->copy_elems * s->next;
-    s->next = (s->next + 1) % s->copies;
-    k_attn_args a = {.qkv = s->qkv, .qkv_stride = (NH + 2 * s->nkv) * HD, .k_cache = k, .v_cache = k + s->copy_elems,
-                     .out = s->out, .out_stride = NH * HD, .query_start_loc = s->d_qsl, .seq_lens = s->d_lens,
-                     .block_tables = s->d_bt, .bt_stride = (s->max_len + BS - 1) / BS, .nh = NH, .nkv = s->nkv,
-                     .hd = HD, .block_size = BS, .scale = 1.0f / sqrtf((float)HD)};
-    if (!s->mma) {
+    k_attn_args a = shape_next_args(s);
+    if (!s->kernel) {
         CUDA_CHECK(k_decode_attention(&a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st));
         return;
     }
     switch (NH / s->nkv) {
-    case 8: CUDA_CHECK(launch_variant<8>(s->mma - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
-    case 4: CUDA_CHECK(launch_variant<4>(s->mma - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 8: CUDA_CHECK(launch_variant<8>(s->kernel - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 4: CUDA_CHECK(launch_variant<4>(s->kernel - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
     default: fprintf(stderr, "gqa_decode_mma: no variant for %d heads a KV head\n", NH / s->nkv); exit(2);
     }
 }
 
-// Both kernels at every partition for lens against attention in double precision on the host.
+// The shipped kernel and every variant at every partition for lens against attention in double
+// precision on the host.
 static void check(int B, const int *lens, int nkv)
 {
     shape s;
     shape_open(&s, B, lens, nkv, 0);
-    const int stride = (NH + 2 * nkv) * HD, S = (s.max_len + BS - 1) / BS;
-    const int64_t n2 = 2 * s.copy_elems;
-    bf16_t *kv = (bf16_t *)malloc(sizeof(bf16_t) * (size_t)n2);
-    for (int64_t i = 0; i < n2; i++) kv[i] = synth_weight_bf16(5, 2, (uint64_t)i, 0, 0.5f);
-    float *q = (float *)malloc(sizeof(float) * (size_t)B * stride);
-    CUDA_CHECK(cudaMemcpyAsync(q, s.qkv, sizeof(float) * (size_t)B * stride, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double *ref = (double *)calloc((size_t)B * NH * HD, sizeof(double)), *w = (double *)malloc(sizeof(double) * (size_t)s.max_len);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const int kvh = h / (NH / nkv);
-            double m = -INFINITY, l = 0;
-            for (int t = 0; t < lens[b]; t++) {
-                const int64_t slot = (int64_t)((b * S + t / BS) * 7919LL % s.blocks) * BS + t % BS;
-                const bf16_t *kr = kv + (slot * nkv + kvh) * HD;
-                double dot = 0;
-                for (int d = 0; d < HD; d++) dot += (double)q[(int64_t)b * stride + h * HD + d] * bf16_to_f32(kr[d]);
-                w[t] = dot / sqrt((double)HD);
-                m = w[t] > m ? w[t] : m;
-            }
-            for (int t = 0; t < lens[b]; t++) l += (w[t] = exp(w[t] - m));
-            for (int t = 0; t < lens[b]; t++) {
-                const int64_t slot = (int64_t)((b * S + t / BS) * 7919LL % s.blocks) * BS + t % BS;
-                const bf16_t *vr = kv + s.copy_elems + (slot * nkv + kvh) * HD;
-                for (int d = 0; d < HD; d++) ref[((int64_t)b * NH + h) * HD + d] += w[t] / l * bf16_to_f32(vr[d]);
-            }
-        }
-    bf16_t *out = (bf16_t *)malloc(sizeof(bf16_t) * (size_t)B * NH * HD);
-    for (int mma = 0; mma <= NUM_VARIANTS; mma++)
+    double *ref = shape_reference(&s, lens);
+    for (int kernel = 0; kernel <= NUM_VARIANTS; kernel++)
         for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
-            s.P = P, s.max_parts = (s.max_len + P - 1) / P, s.next = 0, s.mma = mma;
-            CUDA_CHECK(cudaMemsetAsync(s.out, 0, sizeof(bf16_t) * (size_t)B * NH * HD, st));
-            do_decode(&s);
-            CUDA_CHECK(cudaMemcpyAsync(out, s.out, sizeof(bf16_t) * (size_t)B * NH * HD, cudaMemcpyDeviceToHost, st));
-            CUDA_CHECK(cudaStreamSynchronize(st));
-            double num = 0, den = 0;
-            for (int64_t i = 0; i < (int64_t)B * NH * HD; i++) {
-                const double d = bf16_to_f32(out[i]) - ref[i];
-                num += d * d, den += ref[i] * ref[i];
-            }
-            const double rel = sqrt(num / den);
-            const bool ok = rel < 1e-2;
-            failures += !ok;
-            if (mma) printf("check mma %dx%d: heads %d/%d, lengths", variants[mma - 1].W, variants[mma - 1].NS, NH, nkv);
-            else printf("check shipped: heads %d/%d, lengths", NH, nkv);
-            for (int b = 0; b < B; b++) printf(" %d", lens[b]);
-            printf(", P=%d: rel L2 %.2e %s\n", P, rel, ok ? "ok" : "FAILED");
+            char label[32] = "shipped";
+            if (kernel) snprintf(label, sizeof label, "mma %dx%d", variants[kernel - 1].W, variants[kernel - 1].NS);
+            s.P = P, s.kernel = kernel;
+            shape_check(&s, ref, lens, do_decode, label, &failures);
         }
-    free(kv), free(q), free(ref), free(w), free(out);
+    free(ref);
     shape_close(&s);
 }
 
@@ -434,11 +338,11 @@ int main(void)
             const double bytes = 2.0 * B * len * 8 * HD * 2;
             const int rule = k_decode_partition(NH, 8, B, len, sms, INT64_MAX);
 #define PCT(t) (100.0 * bytes / ((t) * 1e-3) / (copy_gbs * 1e9))
-            s.P = rule, s.max_parts = (len + rule - 1) / rule, s.mma = 0;
+            s.P = rule, s.max_parts = (len + rule - 1) / rule, s.kernel = 0;
             const double tp = time_ms(do_decode, &s, st);
             printf("| %-3d | %-7d | %6d | %.4f (%5.1f%%) |", B, len, rule, tp, PCT(tp));
             for (int v = 0; v < NUM_VARIANTS; v++) {
-                s.mma = v + 1;
+                s.kernel = v + 1;
                 double at_rule = 0, best = 1e30;
                 int best_p = 0;
                 for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
