@@ -59,7 +59,7 @@ source "$(dirname "$0")/lib.sh"
 exp_init fidelity
 
 # The targets report and plot go over, in the figure's order.
-TARGETS="llama-2-7b_h200 llama-3-8b_h200 llama-3-8b_h100-sxm"
+TARGETS="llama-2-7b_h200 llama-3-8b_h200 llama-3-8b_h100-sxm llama-2-7b_h100-sxm"
 
 # measured DIR: whether DIR holds a measured run, or repeats of one (DIR/1 ..)
 measured() { [ -f "$1/summary.json" ] || [ -f "$1/1/summary.json" ]; }
