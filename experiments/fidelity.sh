@@ -53,7 +53,13 @@
 #               here: configs/profiles/MODEL_GPU.csv, the profile `--cost-model auto` picks: the
 #               grid measured beside the target's committed runs, calibrated on every one of them
 #               (calibrate's `loo` and `lto` rows say how it predicts a workload it has not seen).
-# `fidelity.sh` alone does report and plot.
+#   score       here: the committed tables held against the targets (output throughput within 2%;
+#               mean, median and p99 of TTFT, TPOT and E2E within 5%; a workload's per-step
+#               median |error| at most 3% and the bias of its total step time within 1%), for
+#               each target and cost model of table.csv and each profile of calibrate.csv:
+#               experiments/results/fidelity/score.csv (one row each) and misses.csv (every
+#               figure off target, beside the measured runs' spread), and a line each here
+# `fidelity.sh` alone does report, plot and score.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 exp_init fidelity
@@ -291,12 +297,64 @@ plot() {
     echo "[$EXP] $FIG/fidelity.png"
 }
 
+# score: the targets, as the top of the file says. The headline is the mean |error| of output
+# throughput, mean TTFT, median TPOT and median E2E over a target's workloads.
+score() {
+    local out=$RES/score.csv misses=$RES/misses.csv
+    # shellcheck disable=SC2064 # the paths are fixed now
+    trap "rm -f '$out.tmp' '$misses.tmp'" EXIT
+    echo "model,gpu,table,cost_model,workloads,headline_mean_abs_error,figures,figure_misses,largest_miss_metric,largest_miss,step_median_misses,step_bias_misses" \
+        > "$out.tmp"
+    echo "model,gpu,table,cost_model,workload,metric,rel_error,limit,spread" > "$misses.tmp"
+    local name
+    for name in table calibrate; do
+        local metrics=$RES/$name.csv steps=$RES/steps.csv
+        [ "$name" = calibrate ] && steps=$RES/calibrate_steps.csv
+        if [ ! -f "$metrics" ] || [ ! -f "$steps" ]; then continue; fi
+        awk -F, -v OFS=, -v table="$name" -v missfile="$misses.tmp" '
+            FNR == 1 { file++; next }
+            { k = $1 OFS $2 OFS table OFS $4
+              if (!(k in seen)) { seen[k]; order[++n] = k } }
+            file == 1 {
+                e = $8 + 0; a = e < 0 ? -e : e
+                if ($8 == "") next
+                if ($5 ~ /^(output_throughput|mean_ttft_ms|median_tpot_ms|median_e2el_ms)$/) { head[k] += a; heads[k]++ }
+                limit = $5 == "output_throughput" ? 0.02 : $5 ~ /^(mean|median|p99)_(ttft|tpot|e2el)_ms$/ ? 0.05 : 0
+                if (!limit) next
+                figs[k]++
+                if (a > limit) {
+                    miss[k]++
+                    print $1, $2, table, $4, $3, $5, $8, limit, $9 >> missfile
+                    if (a > worst[k]) { worst[k] = a; worst_at[k] = $3 " " $5; worst_e[k] = e }
+                }
+                next
+            }
+            $5 == "all" && $6 > 0 {
+                wl[k]++
+                if ($7 + 0 > 0.03) step_med[k]++
+                b = $10 + 0; if (b > 0.01 || b < -0.01) step_bias[k]++
+            }
+            END { for (i = 1; i <= n; i++) { k = order[i]
+                    if (!heads[k]) continue
+                    printf "%s,%d,%.6g,%d,%d,%s,%s,%d,%d\n", k, wl[k], head[k] / heads[k], figs[k], miss[k] + 0,
+                        worst_at[k], worst[k] ? sprintf("%.6g", worst_e[k]) : "", step_med[k] + 0, step_bias[k] + 0 } }
+        ' "$metrics" "$steps" >> "$out.tmp"
+    done
+    mv "$out.tmp" "$out"
+    mv "$misses.tmp" "$misses"
+    trap - EXIT
+    awk -F, 'NR > 1 { printf "[fidelity] %s %s %s %s: headline %.2f%%; %d of %d figures off target%s; steps: median |error| over 3%% in %d of %d workloads, bias outside 1%% in %d\n",
+                      $1, $2, $3, $4, 100 * $6, $8, $7, $8 ? sprintf(" (largest %s %+.1f%%)", $9, 100 * $10) : "", $11, $5, $12 }' "$out"
+    echo "[$EXP] $out, $misses"
+}
+
 case ${1:-all} in
 gpu) gpu "${2:?gpu MODEL [GPU]}" "${3:-h200}" ;;
 report) report ;;
 plot) plot ;;
 calibrate) calibrate "${2:-llama-2-7b}" "${3:-h200}" ;;
 ship) ship "${2:?ship MODEL [GPU]}" "${3:-h200}" ;;
-all) report && plot ;;
-*) echo "usage: $0 gpu MODEL [GPU] | report | plot | calibrate [MODEL [GPU]] | ship MODEL [GPU] | all" >&2; exit 2 ;;
+score) score ;;
+all) report && plot && score ;;
+*) echo "usage: $0 gpu MODEL [GPU] | report | plot | score | calibrate [MODEL [GPU]] | ship MODEL [GPU] | all" >&2; exit 2 ;;
 esac
