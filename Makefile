@@ -88,13 +88,8 @@ ifneq ($(filter-out $(CUDA_HOME)/lib64,$(CUPTI_LIB)),)
 LDLIBS  += -Wl,-rpath,$(CUPTI_LIB)
 endif
 CU_SRCS := $(wildcard kernels/*.cu)
-# kernels/graph_launch.cu launches graphs from the device (the device runtime): it alone is
-# relocatable device code, linked by its own device-link object against cudadevrt.
-CU_DLINK := $(BUILD)/rel/kernels/graph_launch.dlink.o
-LDLIBS  += -lcudadevrt
 else
 CU_SRCS :=
-CU_DLINK :=
 endif
 
 MPICC   ?= $(shell command -v mpicc 2>/dev/null)
@@ -112,8 +107,8 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 
 PROFILES_SRC := $(BUILD)/gen/embedded_profiles.c
 GEN_SRCS := $(EMBED_SRC) $(PROFILES_SRC) $(BUILD)/gen/version.c
-REL_OBJS := $(LIB_SRCS:%.c=$(BUILD)/rel/%.o) $(GEN_SRCS:$(BUILD)/gen/%.c=$(BUILD)/rel/gen/%.o) $(CU_SRCS:%.cu=$(BUILD)/rel/%.cu.o) $(CU_DLINK)
-CHK_OBJS := $(LIB_SRCS:%.c=$(BUILD)/chk/%.o) $(GEN_SRCS:$(BUILD)/gen/%.c=$(BUILD)/chk/gen/%.o) $(CU_SRCS:%.cu=$(BUILD)/rel/%.cu.o) $(CU_DLINK)
+REL_OBJS := $(LIB_SRCS:%.c=$(BUILD)/rel/%.o) $(GEN_SRCS:$(BUILD)/gen/%.c=$(BUILD)/rel/gen/%.o) $(CU_SRCS:%.cu=$(BUILD)/rel/%.cu.o)
+CHK_OBJS := $(LIB_SRCS:%.c=$(BUILD)/chk/%.o) $(GEN_SRCS:$(BUILD)/gen/%.c=$(BUILD)/chk/gen/%.o) $(CU_SRCS:%.cu=$(BUILD)/rel/%.cu.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps demo test test-sanitize test-gpu bench bench-gpu profile-gpu clean plots
@@ -146,9 +141,6 @@ $(BUILD)/rel/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Icore -MMD -MP -c $< -o $@
 $(BUILD)/rel/kernels/prefill_wgmma.cu.o: CUDA_ARCH = $(CUDA_ARCH_WGMMA)
-$(BUILD)/rel/kernels/graph_launch.cu.o: NVCCFLAGS += -rdc=true
-$(BUILD)/rel/kernels/graph_launch.dlink.o: $(BUILD)/rel/kernels/graph_launch.cu.o
-	$(NVCC) $(CUDA_ARCH) -dlink $< -o $@ -lcudadevrt
 
 # embed_files HEADER,STRUCT,ARRAY,FILES,EXT: a C array {name, text} of the files' contents (one
 # C string each, name = file name without EXT), ending with {0, 0}, written to $@.

@@ -18,8 +18,7 @@
 
 /* What a GPU kernel does, told by its name (engine/kernel_trace.c): GEMMs (cuBLAS's and the
  * engine's weight-streaming one), attention, one kernel doing whole layers (the engine's
- * streamed batch-1 decode), element-wise work (embedding, norms, RoPE, SiLU; the one-thread
- * kernel that starts a decode graph from the device counts here too), sampling, and
+ * streamed batch-1 decode), element-wise work (embedding, norms, RoPE, SiLU), sampling, and
  * anything else. */
 typedef enum kernel_kind {
     KERNEL_GEMM,

@@ -78,7 +78,6 @@ typedef struct cuda_layer {
 /* Where a step's arrays sit in the metadata buffer (int32 offsets); a function of the counts
  * only, so a captured graph's pointers stay valid for every step of the same shape. */
 typedef struct meta_layout {
-    int64_t exec; /* a decode step's graph (cudaGraphExec_t) for the device launcher */
     int64_t tok, pos, slot, qsl, lens, rows, dec, items, bt, total;
     int32_t S; /* block table row length: the step's longest row, not max_model_len's (bytes up) */
 } meta_layout;
@@ -134,9 +133,6 @@ typedef struct cuda_model {
     int32_t *graph_sizes; /* (num_graph_sizes) ascending; the last is the largest decode step */
     int32_t num_graph_sizes, num_buckets;
     cudaGraphExec_t *graphs; /* (num_graph_sizes * num_buckets), NULL until captured */
-    /* one-kernel graph that starts the decode graph named in d_meta from the device
-     * (kernels/graph_launch.cu); NULL when decode graphs are launched from the host */
-    cudaGraphExec_t launcher;
     int32_t scratch_block;   /* KV block after the scheduler's num_blocks: padding rows write it */
     uint8_t *row_used;       /* (max_seqs) host scratch for ordering a padded step's logits rows */
     /* swap (engine.h): a pinned host pool, copied on a stream of its own */
@@ -154,8 +150,7 @@ typedef struct cuda_model {
 static meta_layout layout_for(int32_t T, int32_t B, int32_t N, int32_t nd, int32_t np, int32_t S)
 {
     meta_layout l;
-    l.exec = 0;
-    l.tok = 4; /* past the 8 bytes of exec, and the arrays after it 16-byte aligned as before */
+    l.tok = 0;
     l.pos = l.tok + T;
     l.slot = l.pos + T;
     l.qsl = l.slot + T;
@@ -185,25 +180,6 @@ static int32_t pick_partition(const cuda_model *m, int32_t nd, int32_t len, int3
     return P;
 }
 
-/* Captures the launcher: the kernel of kernels/graph_launch.cu, reading the graph to start from
- * d_meta. Where that fails (a driver without device graph launch), m->launcher stays NULL and
- * decode graphs are launched from the host. */
-static void open_launcher(cuda_model *m)
-{
-    cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-        cudaError_t launch = k_graph_launch(m->d_meta, m->stream);
-        if (cudaStreamEndCapture(m->stream, &graph) == cudaSuccess && launch == cudaSuccess &&
-            cudaGraphInstantiate(&m->launcher, graph, 0) == cudaSuccess &&
-            cudaGraphUpload(m->launcher, m->stream) != cudaSuccess) {
-            cudaGraphExecDestroy(m->launcher);
-            m->launcher = NULL;
-        }
-    }
-    if (graph) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-}
-
 static void cuda_destroy(void *self)
 {
     cuda_model *m = self;
@@ -216,7 +192,6 @@ static void cuda_destroy(void *self)
     free(m->swapping_out), free(m->out_blocks), free(m->cp_dst), free(m->cp_src), free(m->cp_size);
     for (int32_t i = 0; m->graphs && i < m->num_graph_sizes * m->num_buckets; i++)
         if (m->graphs[i]) cudaGraphExecDestroy(m->graphs[i]);
-    if (m->launcher) cudaGraphExecDestroy(m->launcher);
     free(m->graphs), free(m->graph_sizes), free(m->row_used);
     if (m->blas) m->cublas->cublasDestroy_v2(m->blas);
     void *dev[] = {m->blas_ws, m->weights, m->kv, m->inv_freq, m->x, m->xn, m->qkv, m->qkv16,
@@ -474,7 +449,6 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     m->meta_cap = layout_for((int32_t)T, (int32_t)N, (int32_t)N, (int32_t)N, m->max_items, m->S).total;
     TRY(dev_alloc((void **)&m->d_meta, (size_t)m->meta_cap * 4, "step arrays", e));
     CU(cudaMallocHost((void **)&m->h_meta, (size_t)m->meta_cap * 4));
-    if (o->cuda_graphs) open_launcher(m);
     TRY(dev_alloc((void **)&m->d_samp, (size_t)(3 * N) * 4, "sampling", e));
     CU(cudaMallocHost((void **)&m->h_samp, (size_t)(3 * N) * 4));
     TRY(dev_alloc((void **)&m->d_tok, (size_t)N * 4, "sampling", e));
@@ -677,40 +651,26 @@ static int capture_decode_graph(cuda_model *m, int32_t G, int32_t bucket, cudaGr
         return rc;
     }
     CU_TRY(end);
-    cudaError_t inst = cudaGraphInstantiate(out, graph, m->launcher ? cudaGraphInstantiateFlagDeviceLaunch : 0);
-    if (inst != cudaSuccess && m->launcher) { /* a graph the device cannot launch: all from the host */
-        (void)cudaGetLastError();
-        cudaGraphExecDestroy(m->launcher);
-        m->launcher = NULL;
-        inst = cudaGraphInstantiate(out, graph, 0);
-    }
+    cudaError_t inst = cudaGraphInstantiate(out, graph, 0);
     cudaGraphDestroy(graph);
     CU_TRY(inst);
     CU_TRY(cudaGraphUpload(*out, m->stream));
     return 0;
 }
 
-/* Copies the arrays that h_meta holds at `l` and launches decode graph g after them: from the
- * device when there is a launcher (one node for the host to launch, not ~300). */
-static int launch_decode_graph(cuda_model *m, cudaGraphExec_t g, const meta_layout *l, terr *e)
-{
-    if (m->launcher) memcpy(m->h_meta + l->exec, &g, sizeof g);
-    CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l->total * 4, cudaMemcpyHostToDevice, m->stream));
-    CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
-    CU_TRY(cudaGraphLaunch(m->launcher ? m->launcher : g, m->stream));
-    return 0;
-}
-
-/* A pure-decode step through its graph (captured now if the warm-up did not). */
+/* A pure-decode step through its graph (captured now if open did not). */
 static int forward_decode_graph(cuda_model *m, const eng_step *s, int32_t max_len, terr *e)
 {
     int32_t G, bucket;
     cudaGraphExec_t *g = decode_graph_for(m, s->num_seqs, max_len, &G, &bucket);
     meta_layout l = decode_layout(m, G, bucket);
-    if (!*g && capture_decode_graph(m, G, bucket, g, e)) return ENGINE_ERR_DEVICE;
     CU_TRY(cudaEventSynchronize(m->meta_copied));
     fill_decode_meta(m, s, G, &l);
-    return launch_decode_graph(m, *g, &l, e);
+    CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
+    CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
+    if (!*g && capture_decode_graph(m, G, bucket, g, e)) return ENGINE_ERR_DEVICE;
+    CU_TRY(cudaGraphLaunch(*g, m->stream));
+    return 0;
 }
 
 /* Swaps copy every layer's K and V of each block with one batched copy on the swap stream, after
@@ -856,7 +816,9 @@ static int cuda_warmup(void *self, terr *e)
         meta_layout l = decode_layout(m, G, K_DECODE_PARTITION);
         CU_TRY(cudaEventSynchronize(m->meta_copied));
         fill_decode_meta(m, NULL, G, &l);
-        if (launch_decode_graph(m, m->graphs[i * m->num_buckets], &l, e)) return ENGINE_ERR_DEVICE;
+        CU_TRY(cudaMemcpyAsync(m->d_meta, m->h_meta, (size_t)l.total * 4, cudaMemcpyHostToDevice, m->stream));
+        CU_TRY(cudaEventRecord(m->meta_copied, m->stream));
+        CU_TRY(cudaGraphLaunch(m->graphs[i * m->num_buckets], m->stream));
     }
     int64_t max_t = min_i64(min_i64(o->max_tokens, o->max_model_len), (int64_t)o->num_blocks * o->block_size);
     int32_t *rows = xmalloc(sizeof(int32_t) * (size_t)(4 * max_t + 2)), *bt = rows + 3 * max_t;

@@ -44,7 +44,6 @@ kernel_kind ktrace_classify(const char *name)
         {"prefill_wgmma", KERNEL_ATTENTION}, {"skinny_kernel", KERNEL_GEMM}, {"sample_kernel", KERNEL_SAMPLING},
         {"rmsnorm", KERNEL_ELEMENTWISE}, {"rope_", KERNEL_ELEMENTWISE}, {"silu", KERNEL_ELEMENTWISE},
         {"embed_kernel", KERNEL_ELEMENTWISE},
-        {"graph_launch_kernel", KERNEL_ELEMENTWISE}, /* one thread starting a decode graph */
         /* cuBLAS and cuBLASLt */
         {"gemm", KERNEL_GEMM}, {"gemv", KERNEL_GEMM}, {"nvjet", KERNEL_GEMM}, {"xmma", KERNEL_GEMM},
         {"splitKreduce", KERNEL_GEMM},

@@ -106,12 +106,6 @@ typedef struct k_skinny_args {
  * batches in flight, the first ones issued before waiting for the previous kernel. K % 8 == 0. */
 cudaError_t k_gemm_skinny_fused(const k_skinny_args *a, cudaStream_t stream);
 
-/* Enqueues a one-thread kernel that tail-launches the graph whose cudaGraphExec_t is at `exec`
- * (device memory, read when the kernel runs): the graph must be instantiated with
- * cudaGraphInstantiateFlagDeviceLaunch and uploaded. Captured into a graph of its own, since only
- * a graph's kernels may launch graphs (kernels/graph_launch.cu). */
-cudaError_t k_graph_launch(const void *exec, cudaStream_t stream);
-
 /* Sets the kernels' shared-memory limits; call once before capturing CUDA graphs (launchers
  * otherwise do it on first use). */
 cudaError_t k_init(void);
