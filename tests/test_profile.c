@@ -131,6 +131,37 @@ START_TEST(settle_runs_each_point_untimed_first)
 }
 END_TEST
 
+/* A padded prompt's length is its static batch's longest prompt, so the grid pads no prompt past
+ * max_model_len, however many rows the token budget would hold: with a budget of 4,096 rows and
+ * prompts of at most 512 tokens, no padded prefill row pads a prompt beyond 512 (the grid's
+ * prompt of 16 padded to 2,048, and those padded to 4,093 rows, are left out), while the prompt
+ * of 16 padded to 256 stays. */
+START_TEST(padded_prompts_stay_within_max_model_len)
+{
+    char out[4300];
+    snprintf(out, sizeof out, "%s/padded.csv", dir);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", "--max-num-seqs", "8",
+                           "--max-model-len", "512", "--max-num-batched-tokens", "4096", "--repeats", "1", "--warmup",
+                           "0", "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(out, NULL);
+    ck_assert_msg(text && strstr(text, "\nprefill,1,0,1,16,0,240,"), "no prompt of 16 padded to 256:\n%s", text);
+    int padded = 0;
+    for (char *line = strstr(text, "\nprefill,"); line; line = strstr(line + 1, "\nprefill,")) {
+        int k = 0, dec = 0, emit = 0;
+        long long prompt = 0, dtok = 0, pad = 0;
+        ck_assert_int_eq(sscanf(line, "\nprefill,%d,%d,%d,%lld,%lld,%lld,", &k, &dec, &emit, &prompt, &dtok, &pad), 6);
+        if (pad == 0) continue;
+        padded++;
+        ck_assert_msg((prompt + pad) / k <= 512, "a row pads %d prompts of %lld tokens to %lld each, past max_model_len 512",
+                      k, prompt / k, (prompt + pad) / k);
+    }
+    ck_assert_msg(padded > 0, "no padded prefill rows:\n%s", text);
+    free(text);
+}
+END_TEST
+
 /* Timing on a shared 2-core machine drifts by up to 2x over seconds (the same profile measured
  * five times in a row: a 512-token prefill took 173 to 280 ms), so a profile and a run measured
  * at different moments can disagree by the machine, not by the model: CI has seen the whole run
@@ -788,6 +819,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, profile_file_has_provenance_and_every_kind_of_step);
     tcase_add_test(tc, settle_runs_each_point_untimed_first);
+    tcase_add_test(tc, padded_prompts_stay_within_max_model_len);
     tcase_add_test(tc, a_profile_of_another_gpu_is_refused_unless_forced);
     tcase_add_test(tc, gpu_auto_is_the_device_or_asks_for_a_row);
     tcase_add_test(tc, simulation_from_the_profile_matches_the_engine);
