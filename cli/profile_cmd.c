@@ -210,7 +210,7 @@ static void grid_build(grid *g)
      * ones: a static run's padded prefills take the time of a real prompt that size run cold
      * (docs/costmodel.md). A serving batch's L is its longest prompt, so its padded steps'
      * rows are rarely a round number, and there the GEMMs take another pace: two prompts padded
-     * to 4,094 rows each ran 11% faster than to 4,096 on an H100, as static's own padded
+     * to 4,094 rows each ran 10% faster than to 4,096 on an H100, as static's own padded
      * prefills do, while sixteen real prompts of 511 (8,176 rows) gained 2% on sixteen of 512.
      * Hence the last three. */
     static const int32_t padded_prompts[][3] = {{1, 16, 256},  {2, 32, 128},   {1, 16, 2048},
