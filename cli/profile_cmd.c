@@ -19,8 +19,8 @@
  *   padded    static batching's: 1 prompt of 16 padded to 256 or 2048 rows; 2 of 32 padded to
  *             128 each, 4 of 128, 8 of 64 and 16 of 256 to 512 each; 1 of 256 padded to 4093, 2
  *             of 256 and 2 of 1024 to 4094 each (a chat batch's: a long member's length, rarely
- *             a round one, sets the rows); 1 and 4 decodes at 1024
- *             beside padding rows to 8; 1, 4, 16 and 32 to 64; 8 to 256.
+ *             a round one, sets the rows); 1 and 4 decodes at 1024 beside padding rows to 8;
+ *             1, 4, 16 and 32 to 64; 8 to 256.
  * (Contexts shrink to fit a short max_model_len.) On the GPU, a heat probe follows the grid
  * (heat_probe below); its steps go to FILE less .csv plus .heat.csv (phase, start_ms since the
  * probe began, ms, the heat before the step at the fitted memory, and the step's load).
