@@ -101,9 +101,7 @@ static void segment(const profile_model *pm, double T, int32_t *j, double *a)
 /* The decode attention grid a step launches, as the engine lays it out (kernels/decode_layout.h):
  * its rows (a pure-decode step replays its CUDA graph: rows padded, contexts up to the graph's
  * bucket; a mixed step launches its decodes over the longest context), and the partition each
- * row's context is split into, one thread block a partition and head group. Static batching's
- * padding rows in a step of decodes are one-key sequences of their own (engine_executor.c), so
- * they are rows of the grid too. */
+ * row's context is split into, one thread block a partition and head group. */
 typedef struct decode_grid {
     int32_t rows, len, partition;
 } decode_grid;
@@ -111,9 +109,8 @@ typedef struct decode_grid {
 static decode_grid decode_grid_of(const profile_model *pm, const step_shape *s)
 {
     bool graph = s->num_prefill_seqs == 0;
-    int64_t rows = s->num_decode_seqs + (graph ? s->padding_tokens : 0);
     decode_grid g = {
-        .rows = graph ? k_decode_graph_rows((int32_t)min_i64(rows, INT32_MAX), INT32_MAX) : s->num_decode_seqs,
+        .rows = graph ? k_decode_graph_rows(s->num_decode_seqs, INT32_MAX) : s->num_decode_seqs,
         .len = graph ? (int32_t)min_i64(k_decode_bucket(s->max_keys), INT32_MAX) : s->max_keys,
     };
     g.partition = k_decode_partition(pm->num_heads, pm->num_kv_heads, g.rows, g.len, pm->num_sms, INT64_MAX);

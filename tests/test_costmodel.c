@@ -533,56 +533,6 @@ START_TEST(test_profile_prices_padding_rows)
 }
 END_TEST
 
-/* In a step of decodes the engine runs each padding row as a one-key sequence of its own, so
- * the rows add blocks to the attention grid (and may cross a graph size) as real decodes do. A
- * law whose grid counts them, on Llama-3-8B on the H200, is recovered at padded shapes no row
- * has, to 0.5% (with the grid of the decodes alone, 4 decodes beside 12 padding rows at 3,000
- * come out 3.6% short). */
-static double padded_grid_law_ms(const step_shape *s)
-{
-    int32_t rows = k_decode_graph_rows(s->num_decode_seqs + (int32_t)s->padding_tokens, INT32_MAX);
-    int64_t len = k_decode_bucket(s->max_keys);
-    int32_t P = k_decode_partition(32, 8, rows, (int32_t)len, 132, INT64_MAX);
-    return padded_law_ms(s) + 4e-3 * fmin(P, s->max_keys) + 2e-3 * (double)rows * (double)((len + P - 1) / P);
-}
-START_TEST(test_padding_rows_are_rows_of_the_decode_grid)
-{
-    char *dir = make_temp_dir("padgrid"), path[4200];
-    snprintf(path, sizeof path, "%s/padgrid.csv", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f, "cannot write %s", path);
-    fputs("# model: llama-3-8b\n# gpu: h200\n# block_size: 16\n"
-          "kind,num_prefill_seqs,num_decode_seqs,num_emitting,prefill_tokens,decode_tokens,padding_tokens,"
-          "prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,"
-          "max_ms\n",
-          f);
-    static const int32_t seqs[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
-    for (size_t i = 0; i < ARRAY_LEN(seqs); i++)
-        for (int32_t pad = 0; pad <= 40; pad += 8)
-            for (int32_t ctx = 200; ctx < 5000; ctx = ctx * 2) {
-                if (pad && (seqs[i] + pad > 64 || i % 2)) continue;
-                step_shape s = decode_shape(seqs[i], ctx);
-                s.padding_tokens = pad;
-                double ms = padded_grid_law_ms(&s);
-                fprintf(f, "decode,0,%d,%d,0,%lld,%d,0,0,%lld,%lld,%d,1,%.6f,%.6f,%.6f,%.6f,%.6f\n", seqs[i],
-                        seqs[i], (long long)s.decode_tokens, pad, (long long)s.decode_keys,
-                        (long long)s.decode_keys_sq, s.max_keys, ms, ms, ms, ms, ms);
-            }
-    fclose(f);
-    void *m = open_profile_of(path, "llama-3-8b");
-    const int32_t probe[][3] = {{4, 12, 3000}, {3, 29, 1500}, {16, 44, 700}, {1, 7, 2500}}; /* decodes, padding, context */
-    for (size_t i = 0; i < ARRAY_LEN(probe); i++) {
-        step_shape s = decode_shape(probe[i][0], probe[i][2]);
-        s.padding_tokens = probe[i][1];
-        double got = (double)profile_cost_model.step_ns(m, &s) / 1e6, want = padded_grid_law_ms(&s);
-        ck_assert_msg(fabs(got / want - 1) < 5e-3, "%d decodes beside %d padding rows at %d: %.5f ms, the law says %.5f",
-                      probe[i][0], probe[i][1], probe[i][2], got, want);
-    }
-    profile_cost_model.destroy(m);
-    rm_tree(dir);
-}
-END_TEST
-
 /* Two rows of one shape that disagree (10 ms once, 20 ms in `repeats` steps): the fit weights
  * a row by 1/t^2 times its repeats, so the prediction is the weighted mean
  * (10/100 + r 20/400) / (1/100 + r/400): 12 ms when r = 1, 19.61 ms when r = 99. */
@@ -1250,7 +1200,6 @@ static Suite *costmodel_suite(void)
     tcase_add_test(tc, test_heat_fit_finds_the_memory_the_times_follow);
     tcase_add_test(tc, test_profile_prices_the_heat);
     tcase_add_test(tc, test_profile_prices_padding_rows);
-    tcase_add_test(tc, test_padding_rows_are_rows_of_the_decode_grid);
     tcase_add_test(tc, test_profile_fits_are_reused_by_text_not_by_name);
     suite_add_tcase(s, tc);
     return s;
