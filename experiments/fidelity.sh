@@ -59,12 +59,13 @@
 #               each target and cost model of table.csv and each profile of calibrate.csv:
 #               experiments/results/fidelity/score.csv (one row each) and misses.csv (every
 #               figure off target, beside the measured runs' spread), and a line each here
-#   graft MODEL GPU PROBE
+#   graft MODEL GPU PROBE [KIND]
 #               here: adds to the grid of the target's committed runs the points of PROBE (a
 #               `tandem profile` of the same target from another machine or a newer grid) that
-#               it lacks, each time divided by the median PROBE / grid ratio of its kind over the
-#               points both have (machines of one row differ by a few percent), and packs the
-#               grid back into the tarball; then report, calibrate and ship see the new points.
+#               it lacks (only those of KIND, prefill, decode or mixed, when given), each time
+#               divided by the median PROBE / grid ratio of its kind over the points both have
+#               (machines of one row differ by a few percent), and packs the grid back into the
+#               tarball; then report, calibrate and ship see the new points.
 # `fidelity.sh` alone does report, plot and score.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -354,9 +355,9 @@ score() {
     echo "[$EXP] $out, $misses"
 }
 
-# graft MODEL GPU PROBE: see the top of the file.
+# graft MODEL GPU PROBE [KIND]: see the top of the file.
 graft() {
-    local t=${1}_$2 probe=$3
+    local t=${1}_$2 probe=$3 kind=${4:-}
     local packed=$RES/measured-$t.tar.gz
     [ -f "$packed" ] || { echo "[$EXP] no $packed: run the gpu phase first" >&2; exit 1; }
     [ -f "$probe" ] || { echo "[$EXP] graft: no profile $probe" >&2; exit 2; }
@@ -364,7 +365,7 @@ graft() {
     local grid=$RAW/measured-$t/$t.csv
     # A point is its first twelve columns (the step's shape); a grid written before padding_tokens
     # (eleven) gains that column as 0. Times are the last five columns.
-    awk -F, -v OFS=, -v probe="$probe" '
+    awk -F, -v OFS=, -v probe="$probe" -v only="$kind" '
         function shape(padded,   k, i) {
             k = $1; for (i = 2; i <= 6; i++) k = k OFS $i
             k = k OFS (padded ? $7 : 0)
@@ -387,7 +388,7 @@ graft() {
                     rep[k] = $(NF - 5); next }
         { k = shape(1)
           if (k in ms) { r[$1, ++nr[$1]] = $(NF - 4) / ms[k]; next }
-          extra[++nextra] = $0; xkind[nextra] = $1 }
+          if (only == "" || $1 == only) { extra[++nextra] = $0; xkind[nextra] = $1 } }
         END {
             if (file < 2) exit 2
             for (kd in nr) { n = 0; delete a; for (i = 1; i <= nr[kd]; i++) a[++n] = r[kd, i]; ratio[kd] = median(a, n) }
@@ -395,7 +396,7 @@ graft() {
             for (i = 1; i <= nextra; i++) if (!(xkind[i] in ratio)) { print probe ": no point of kind " xkind[i] " in both" > "/dev/stderr"; exit 2 }
             for (kd in ratio) note = note sprintf(" %s %.4f (%d points)", kd, ratio[kd], nr[kd])
             for (i = 1; i <= ntop; i++) print top[i]
-            printf "# grafted: %d points of %s (%s), each time divided by the median ratio of its kind to this grid over the points both have:%s\n", nextra, probe, from, note
+            printf "# grafted: %d %spoints of %s (%s), each time divided by the median ratio of its kind to this grid over the points both have:%s\n", nextra, only ? only " " : "", probe, from, note
             if (!padded[1]) { split(header, h, ","); header = ""; for (i = 1; i <= length(h); i++) header = header (i > 1 ? "," : "") h[i] (i == 6 ? ",padding_tokens" : "") }
             print header
             for (i = 1; i <= nrow; i++) print row[i], rep[row[i]], times[row[i]]
@@ -417,8 +418,8 @@ report) report ;;
 plot) plot ;;
 calibrate) calibrate "${2:-llama-2-7b}" "${3:-h200}" ;;
 ship) ship "${2:?ship MODEL [GPU]}" "${3:-h200}" ;;
-graft) graft "${2:?graft MODEL GPU PROBE}" "${3:?graft MODEL GPU PROBE}" "${4:?graft MODEL GPU PROBE}" ;;
+graft) graft "${2:?graft MODEL GPU PROBE [KIND]}" "${3:?graft MODEL GPU PROBE [KIND]}" "${4:?graft MODEL GPU PROBE [KIND]}" "${5:-}" ;;
 score) score ;;
 all) report && plot && score ;;
-*) echo "usage: $0 gpu MODEL [GPU] | report | plot | score | calibrate [MODEL [GPU]] | ship MODEL [GPU] | graft MODEL GPU PROBE | all" >&2; exit 2 ;;
+*) echo "usage: $0 gpu MODEL [GPU] | report | plot | score | calibrate [MODEL [GPU]] | ship MODEL [GPU] | graft MODEL GPU PROBE [KIND] | all" >&2; exit 2 ;;
 esac
