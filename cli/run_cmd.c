@@ -135,6 +135,13 @@ int run_main(int argc, char **argv)
         terr_set(&e, "--top-p: %g is not in (0, 1]", o.engine.top_p);
         goto fail;
     }
+    if (o.serving.async_scheduling && o.engine.kernel_trace) {
+        /* the trace attributes kernels to a step by windows from its submit to its end, which
+         * overlap when a step is submitted before the last one ends */
+        terr_set(&e, "--kernel-trace: not with --async-scheduling (a step's kernels are told apart by its "
+                     "window on the host, and scheduling ahead overlaps them)");
+        goto fail;
+    }
     serving_warnings warn;
     if (serving_collect_warnings(&o.serving, &su, true, &warn, &e)) goto fail;
     if ((code = engine_flags_open(&o.engine, &o.serving, &su, &eng, &e))) goto fail;

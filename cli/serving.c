@@ -51,6 +51,7 @@ static const opt_spec serving_own_specs[] = {
     {"preemption-mode", OPT_STR, O(preemption_mode), "recompute", "recompute or swap"},
     {"swap-space", OPT_F64, O(swap_space), "4", "host swap space in GiB (swap mode)"},
     {"enable-prefix-caching", OPT_BOOL, O(enable_prefix_caching), "false", "reuse cached KV blocks of equal prefixes"},
+    {"async-scheduling", OPT_BOOL, O(async_scheduling), "false", "schedule the next step while this one runs (vLLM's --async-scheduling; one replica)"},
     {"goodput", OPT_STR, O(goodput), "", "SLOs for request_goodput, e.g. \"ttft:500 tpot:50 e2el:2000\" (ms)"},
     {"num-replicas", OPT_I64, O(num_replicas), "1", "model replicas behind a router, each with its own KV cache, queues and policy (sim)"},
     {"router", OPT_STR, O(router), "round-robin", "how arrivals are spread over replicas (listed above)"},
@@ -225,6 +226,8 @@ int serving_resolve(const serving_options *o, serving_setup *su, terr *e)
     if (check_range("num-replicas", o->num_replicas, 1, 4096, e) ||
         check_range("max-concurrency", o->max_concurrency, 0, 1 << 30, e))
         return -1;
+    if (o->async_scheduling && o->num_replicas > 1)
+        return terr_set(e, "--async-scheduling: one replica only (--num-replicas %lld)", (long long)o->num_replicas);
     if (!(o->router_load_cap >= 0 && isfinite(o->router_load_cap)))
         return terr_set(e, "--router-load-cap: %g must be >= 0", o->router_load_cap);
     if (check_range("max-num-seqs", o->max_num_seqs, 1, 1 << 20, e) ||
@@ -618,6 +621,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .write_requests = o->requests,
         .write_steps = o->steps,
         .write_host_time = ex.ops->measures_host,
+        .host_overlaps_gpu = o->async_scheduling,
         .write_kernel_time = ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self),
         .write_tokens = o->tokens,
         /* a replica's peaks: TP GPUs side by side */
@@ -648,6 +652,7 @@ int serving_replay(const serving_options *o, const serving_setup *su, executor e
         .router_load_cap = o->router_load_cap,
         .max_concurrency = o->max_concurrency,
         .cluster_loop = o->cluster_loop,
+        .async_scheduling = o->async_scheduling,
     };
     serve_result res;
     int code = 0;

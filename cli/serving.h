@@ -39,7 +39,7 @@ typedef struct serving_options {
         long_prefill_token_threshold, seed, max_requests, max_steps;
     double gpu_memory_utilization, swap_space, time_scale, request_rate, burstiness;
     bool enable_chunked_prefill, scheduler_reserve_full_isl, enable_prefix_caching, skip_bad_rows,
-        requests, steps, tokens, quiet, force_profile;
+        requests, steps, tokens, quiet, force_profile, async_scheduling;
     bool progress; /* not a flag: a progress line on stderr (`run` sets it when stderr is a terminal) */
     policy_knobs knobs; /* every policy's own knobs (--chunk-size, ...) */
 } serving_options;

@@ -43,7 +43,8 @@ typedef struct step_result {
                                when the executor produces no real tokens (the simulator) */
     /* For an executor that measures real work (measures_host): the host time it spent on this
      * step serially with the device (building the step's arrays, enqueueing, reading back
-     * tokens). The serving loop adds its own scheduling time to it in steps.csv. */
+     * tokens; submitted behind a running step, only what the device waited for after that
+     * step's end). The serving loop adds its own scheduling time to it in steps.csv. */
     int64_t host_ns;
     /* For an executor that times the GPU's kernels (measures_kernels): the kernel time of the
      * oldest steps not yet reported (this one or earlier ones), in order, that became known
@@ -63,6 +64,16 @@ typedef struct executor_ops {
     /* Runs b; fills every field of out (those it has nothing for with 0 / NULL). Returns 0, or
      * -1 with e set (a real engine can fail). */
     int (*execute)(void *self, const batch *b, step_result *out, terr *e);
+    /* Asynchronous scheduling (serve_config.async_scheduling), for an executor whose device runs
+     * a step in the background: submit enqueues b and returns at once; collect waits for the
+     * oldest submitted step (b again, unchanged since its submit) and fills out as execute
+     * does. At most two steps are submitted and not collected: the loop submits the next step
+     * before it collects the running one, so the device never waits for the host's scheduling.
+     * A token the running step samples is fed to the next as -1 - k (request.h's pending
+     * output ids). Both NULL for an executor that runs in place (the simulator's: the loop
+     * calls execute when the step would be collected). */
+    int (*submit)(void *self, const batch *b, terr *e);
+    int (*collect)(void *self, const batch *b, step_result *out, terr *e);
     /* At the end of a run (measures_kernels): the kernel time of every step not yet reported,
      * in order, as in step_result (*out valid until the next call). Returns 0, or -1 with e
      * set. May be NULL when measures_kernels is. */

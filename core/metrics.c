@@ -575,7 +575,7 @@ json_t *metrics_summary_json(const metrics_summary *s, const metrics_options *op
         for (int i = 0; i < 2; i++)
             json_object_set_new(o, key[i], json_pack("{s:f,s:f,s:f,s:f}", "mean", h[i]->mean, "median",
                                                      h[i]->median, "p99", h[i]->p99, "max", h[i]->max));
-        json_object_set_new(o, "host_overlaps_gpu", json_false());
+        json_object_set_new(o, "host_overlaps_gpu", json_boolean(opt->host_overlaps_gpu));
     }
     if (opt->write_kernel_time) {
         const latency_stats *k = &s->kernel_us;

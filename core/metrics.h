@@ -38,6 +38,7 @@ typedef struct metrics_options {
     bool write_requests;    /* requests.csv (on by default in the CLI) */
     bool write_steps;       /* steps.csv (on by default in the CLI) */
     bool write_host_time;   /* steps.csv gains host_us and sched_us (an executor that measures) */
+    bool host_overlaps_gpu; /* the loop schedules ahead (async_scheduling): summary.json says so */
     bool write_kernel_time; /* steps.csv gains kernel_us, kernel_busy, the kernel time by kind
                                and the gap (an executor that times the GPU's kernels: the CUDA
                                engine with its kernel trace on); they come later than the steps

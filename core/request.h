@@ -93,7 +93,10 @@ typedef struct request {
     int32_t heap_index;                    /* position in a req_heap, -1 when in none */
     double policy_key;                     /* a policy's sort key (e.g. predicted length) */
     int64_t policy_aux;                    /* a policy's spare integer */
-    int32_t *output_ids;                   /* (output_cap) sampled ids, real engines only */
+    int32_t *output_ids;                   /* (output_cap) sampled ids, real engines only; under
+                                              asynchronous scheduling the last is -1 - k while
+                                              its step runs: what the step samples for its k-th
+                                              emitting item (executor.h's submit) */
     int32_t output_cap;
 } request;
 

@@ -12,6 +12,19 @@
 
 typedef struct loop_state loop_state;
 
+/* A step applied to its requests (computed tokens, output tokens counted, finished requests out
+ * of the policy with their blocks freed) and waiting for its results: when its tokens came and
+ * how long it took (complete_step). The state it was applied in is kept for its row. */
+typedef struct step_flight {
+    request **done;     /* (max_num_seqs) requests it finished: still live, for complete_step */
+    int32_t *out_index; /* (max_num_seqs) per batch item: the output token it emits, or -1 */
+    int32_t num_done;
+    int32_t num_running, num_waiting, kv_blocks_used;
+    int64_t kv_tokens;
+    int64_t sched_ns;   /* the loop's host time scheduling it (measures_host) */
+    bool behind;        /* submitted while another step ran (asynchronous scheduling) */
+} step_flight;
+
 /* One replica: its own block managers, policy instance, random stream and live requests. */
 typedef struct replica {
     loop_state *L;
@@ -29,6 +42,10 @@ typedef struct replica {
     request *inbox_head, *inbox_tail; /* routed here, not yet given to the policy (via next) */
     step_result out;      /* the step in flight */
     int64_t start_ns, end_ns;
+    /* applied steps waiting for their results: fl[0] (with b), and under asynchronous
+     * scheduling fl[1] (with b_next), the step submitted behind the running one */
+    step_flight fl[2];
+    batch b_next;
     int32_t heap_pos;     /* in the heap of busy replicas, -1 when idle */
     bool dirty;           /* schedule at the current instant */
 } replica;
@@ -49,6 +66,10 @@ struct loop_state {
     int64_t outstanding;  /* routed and not ended, all replicas */
     int64_t now_ns;
     void *default_knobs;
+    /* Asynchronous scheduling: a request that leaves the system while a step that may hold it
+     * is in flight waits here (limbo) instead of the free list, until that step completes. */
+    bool hold_retired;
+    request *limbo;
 };
 
 static request *req_alloc(loop_state *L)
@@ -91,8 +112,20 @@ static void retire(loop_state *L, request *r)
     L->outstanding--;
     if (L->m) metrics_request_done(L->m, r);
     if (L->ex.ops->release) L->ex.ops->release(L->ex.self, r);
-    r->next = L->free_list;
-    L->free_list = r;
+    request **list = L->hold_retired ? &L->limbo : &L->free_list;
+    r->next = *list;
+    *list = r;
+}
+
+/* The retired requests that no step in flight can hold any more go to the free list. */
+static void release_limbo(loop_state *L)
+{
+    while (L->limbo) {
+        request *r = L->limbo;
+        L->limbo = r->next;
+        r->next = L->free_list;
+        L->free_list = r;
+    }
 }
 
 static void reject_live(sched_env *env, request *r, reject_reason why)
@@ -188,13 +221,19 @@ static void admit(replica *R, request *r)
     else live_add(R, r);
 }
 
-static void finish(replica *R, request *r)
+/* r emitted its last token in a step being applied: out of the policy, its blocks free for the
+ * next schedule; it leaves the system when the step's results come (finish_end). */
+static void finish_begin(replica *R, request *r)
 {
-    loop_state *L = R->L;
-    L->cfg->policy->remove_request(R->policy, r);
+    R->L->cfg->policy->remove_request(R->policy, r);
     R->env.kv_tokens -= r->num_computed_tokens;
     kv_free_request(&R->kv, r);
     r->state = REQ_FINISHED;
+}
+
+static void finish_end(replica *R, request *r)
+{
+    loop_state *L = R->L;
     r->finish_ns = L->now_ns;
     live_remove(R, r);
     L->num_finished++;
@@ -255,30 +294,68 @@ static void check_invariants(replica *R)
 }
 #endif
 
-/* Applies R's step (batch R->b, result out) that ran from start to L->now_ns: computed tokens,
- * sampled tokens, finished requests; records the step. */
-static void apply_step(replica *R, const step_result *out, int64_t start, int64_t sched_ns)
+/* Applies step b to its requests (fl records what complete_step needs): computed tokens, the
+ * emitted tokens counted (each a pending id -1 - k in output_ids when pending_ids: the executor
+ * feeds it to the next step before the host has it), finished requests out of the policy. */
+static void advance_step(replica *R, const batch *b, step_flight *fl, bool pending_ids)
 {
     loop_state *L = R->L;
     const serve_config *cfg = L->cfg;
-    batch *b = &R->b;
-    metrics *m = L->m;
-    for (int32_t i = 0; i < b->num_items; i++) {
-        sched_item *it = &b->items[i];
+    for (int32_t i = 0, k = 0; i < b->num_items; i++) {
+        const sched_item *it = &b->items[i];
         request *r = it->req;
         r->num_computed_tokens += it->num_tokens;
         R->env.kv_tokens += it->num_tokens;
         kv_cache_blocks(&R->kv, r, r->num_computed_tokens);
+        fl->out_index[i] = -1;
         if (!it->emits_token) continue;
-        if (out->sampled) {
+        if (pending_ids) {
             if (r->num_output_tokens >= r->output_cap) {
                 size_t cap = (size_t)r->output_cap;
                 grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap, (size_t)r->num_output_tokens + 1);
                 r->output_cap = (int32_t)cap;
             }
-            r->output_ids[r->num_output_tokens] = out->sampled[i];
+            r->output_ids[r->num_output_tokens] = -1 - k++;
         }
-        r->num_output_tokens++;
+        fl->out_index[i] = r->num_output_tokens++;
+    }
+    fl->num_running = cfg->policy->num_running(R->policy);
+    fl->num_waiting = cfg->policy->num_waiting(R->policy);
+    /* KV usage at its peak in the step, before finished requests release their blocks */
+    fl->kv_blocks_used = kv_num_used(&R->kv);
+    fl->kv_tokens = R->env.kv_tokens;
+    fl->num_done = 0;
+    for (int32_t i = 0; i < b->num_items; i++) {
+        request *r = b->items[i].req;
+        if (b->items[i].emits_token && request_is_done(r, cfg->sched.max_model_len)) {
+            finish_begin(R, r);
+            fl->done[fl->num_done++] = r;
+        }
+    }
+    if (cfg->policy->step_done) cfg->policy->step_done(R->policy, b);
+}
+
+/* Step b (applied by advance_step into fl) ran from start to L->now_ns with result out: its
+ * tokens' times (TTFT, ITL) and ids, its finished requests leave, its row is recorded. host_ns:
+ * the host time serial with the device. */
+static void complete_step(replica *R, const batch *b, const step_flight *fl, const step_result *out,
+                          int64_t start, int64_t host_ns)
+{
+    loop_state *L = R->L;
+    const serve_config *cfg = L->cfg;
+    metrics *m = L->m;
+    for (int32_t i = 0; i < b->num_items; i++) {
+        request *r = b->items[i].req;
+        int32_t o = fl->out_index[i];
+        if (o < 0 || r->state == REQ_REJECTED) continue; /* rejected since: it left already */
+        if (out->sampled) {
+            if (o >= r->output_cap) {
+                size_t cap = (size_t)r->output_cap;
+                grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap, (size_t)o + 1);
+                r->output_cap = (int32_t)cap;
+            }
+            r->output_ids[o] = out->sampled[i];
+        }
         if (r->first_token_ns < 0) {
             r->first_token_ns = L->now_ns;
             if (L->load) L->load[R->index].pending_prefill_tokens -= r->prompt_tokens;
@@ -290,18 +367,20 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         .replica = R->index,
         .start_ns = start,
         .duration_ns = out->duration_ns,
-        .num_running = cfg->policy->num_running(R->policy),
-        .num_waiting = cfg->policy->num_waiting(R->policy),
+        .num_running = fl->num_running,
+        .num_waiting = fl->num_waiting,
         .batch_size = b->num_items,
         .prefill_tokens = b->num_prefill_tokens,
         .decode_tokens = b->num_decode_tokens,
         .num_preemptions = b->num_preempted,
         .num_swap_blocks = b->num_swap_in + b->num_swap_out,
         .kv_blocks_total = R->kv.num_blocks,
+        .kv_blocks_used = fl->kv_blocks_used,
+        .kv_tokens = fl->kv_tokens,
         .block_size = cfg->sched.block_size,
         .shape = batch_shape(b),
-        .host_ns = sched_ns + out->host_ns,
-        .sched_ns = sched_ns,
+        .host_ns = host_ns,
+        .sched_ns = fl->sched_ns,
         .batch = b,
     };
     if (cfg->model) {
@@ -311,14 +390,7 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
         double busy = st.shape.padding_tokens ? heat_flops(cfg->model, &st.shape) : w.flops;
         heat_add(&R->heat, start, out->duration_ns, heat_load(busy, out->duration_ns, cfg->peak_flops));
     }
-    /* KV usage at its peak in the step, before finished requests release their blocks */
-    st.kv_blocks_used = kv_num_used(&R->kv);
-    st.kv_tokens = R->env.kv_tokens;
-    for (int32_t i = 0; i < b->num_items; i++) {
-        request *r = b->items[i].req;
-        if (b->items[i].emits_token && request_is_done(r, cfg->sched.max_model_len)) finish(R, r);
-    }
-    if (cfg->policy->step_done) cfg->policy->step_done(R->policy, b);
+    for (int32_t i = 0; i < fl->num_done; i++) finish_end(R, fl->done[i]);
     if (L->hooks && L->hooks->on_step) L->hooks->on_step(L->hooks->ud, R->step, b, start, out->duration_ns);
     if (m) metrics_step(m, &st);
     if (L->load) L->load[R->index].kv_blocks_used = kv_num_used(&R->kv);
@@ -327,6 +399,15 @@ static void apply_step(replica *R, const step_result *out, int64_t start, int64_
 #endif
     R->step++;
     L->num_steps++;
+}
+
+/* Applies R's step (batch R->b, result out) that ran from start to L->now_ns. */
+static void apply_step(replica *R, const step_result *out, int64_t start, int64_t sched_ns)
+{
+    step_flight *fl = &R->fl[0];
+    advance_step(R, &R->b, fl, false);
+    fl->sched_ns = sched_ns;
+    complete_step(R, &R->b, fl, out, start, sched_ns + out->host_ns);
 }
 
 static int max_steps_reached(loop_state *L, terr *e)
@@ -469,6 +550,119 @@ static int run_single(loop_state *L, arrival_source src, tclock *clock, terr *e)
         if (L->m && out.num_kernel_times) metrics_step_kernels(L->m, out.kernel_times, (size_t)out.num_kernel_times);
         rc = max_steps_reached(L, e);
     }
+    return rc;
+}
+
+/* ---- one replica, scheduling ahead (async_scheduling) ---- */
+
+/* Where the loop reads the trace: the source, the next arrival and the state take_arrivals keeps. */
+typedef struct arrivals {
+    arrival_source src;
+    arrival next;
+    int have;
+    int64_t next_id;
+    bool next_held;
+} arrivals;
+
+/* The step in flight at R->fl[f] ends: its result from the executor (one that runs in place runs
+ * it now, at the step's start: the loop's clock stands there), the clock at its end, what arrived
+ * meanwhile into R's inbox, then its completion. */
+static int collect_step(loop_state *L, replica *R, int f, tclock *clock, arrivals *A, terr *e)
+{
+    batch *b = f ? &R->b_next : &R->b;
+    step_flight *fl = &R->fl[f];
+    executor ex = L->ex;
+    step_result out = {0};
+    if (ex.ops->collect) {
+        if (ex.ops->collect(ex.self, b, &out, e)) return -1;
+    } else {
+        b->heat = heat_at(&R->heat, L->now_ns);
+        if (ex.ops->execute(ex.self, b, &out, e)) return -1;
+    }
+    assert(out.duration_ns > 0);
+    clock->advance(clock, out.duration_ns);
+    L->now_ns = clock->now(clock);
+    if (take_arrivals(L, A->src, &A->next, &A->have, &A->next_id, L->now_ns, NULL, &A->next_held, e)) return -1;
+    /* queued behind a running step, its scheduling overlapped that step (what did not is in the
+     * executor's host time) */
+    complete_step(R, b, fl, &out, L->now_ns - out.duration_ns, out.host_ns + (fl->behind ? 0 : fl->sched_ns));
+    release_limbo(L);
+    return 0;
+}
+
+static int run_single_async(loop_state *L, arrival_source src, tclock *clock, terr *e)
+{
+    const serve_config *cfg = L->cfg;
+    replica *R = &L->reps[0];
+    executor ex = L->ex;
+    arrivals A = {.src = src};
+    int rc = 0;
+    A.have = src.next(src.self, &A.next, e);
+    if (A.have < 0) rc = -1;
+    const bool timed = ex.ops->measures_host;
+    int64_t host_mark = 0, idle_ns = 0;
+    int running = -1; /* R->fl[running] is the step in flight, -1: none */
+    L->hold_retired = true;
+
+    while (rc == 0) {
+        L->now_ns = clock->now(clock);
+        admit_inbox(R);
+        if (take_arrivals(L, src, &A.next, &A.have, &A.next_id, L->now_ns + 1, R, &A.next_held, e)) {
+            rc = -1;
+            break;
+        }
+        const bool can_arrive = A.have == 1 && !held(L);
+        if (running < 0 && R->num_live == 0) {
+            if (A.have == 0) break;
+            idle_ns += wait_for(clock, A.next.arrival_ns, timed);
+            continue;
+        }
+        /* the next step, scheduled while the running one runs (its finished requests are still
+         * live, but out of the policy) */
+        int f = running < 0 ? 0 : running ^ 1;
+        batch *b = f ? &R->b_next : &R->b;
+        batch_clear(b);
+        if (R->num_live > (running < 0 ? 0 : R->fl[running].num_done)) {
+            R->env.now_ns = L->now_ns;
+            cfg->policy->schedule(R->policy, b);
+        }
+        if (b->num_items == 0 && b->num_swap_out == 0) {
+            if (b->num_preempted > 0) { /* as in run_single */
+                if (L->m) metrics_preempted(L->m, R->step, L->now_ns, b);
+                continue;
+            }
+            if (running >= 0) { /* nothing to queue behind the running step: wait for it */
+                rc = collect_step(L, R, running, clock, &A, e);
+                if (timed) host_mark = clock_mono_ns(), idle_ns = 0;
+                running = -1;
+                if (rc == 0) rc = max_steps_reached(L, e);
+                continue;
+            }
+            if (can_arrive) {
+                idle_ns += wait_for(clock, A.next.arrival_ns, timed);
+                continue;
+            }
+            reject_all_unschedulable(R);
+            continue;
+        }
+        step_flight *fl = &R->fl[f];
+        fl->sched_ns = timed && host_mark ? clock_mono_ns() - host_mark - idle_ns : 0;
+        fl->behind = running >= 0;
+        if (ex.ops->submit && ex.ops->submit(ex.self, b, e)) {
+            rc = -1;
+            break;
+        }
+        advance_step(R, b, fl, ex.ops->submit != NULL);
+#ifdef TANDEM_CHECKS
+        check_invariants(R);
+#endif
+        if (running >= 0) rc = collect_step(L, R, running, clock, &A, e);
+        if (timed) host_mark = clock_mono_ns(), idle_ns = 0;
+        running = f;
+        if (rc == 0) rc = max_steps_reached(L, e);
+    }
+    L->hold_retired = false;
+    release_limbo(L);
     return rc;
 }
 
@@ -658,6 +852,11 @@ static void replica_init(loop_state *L, replica *R, int32_t index, const void *k
     };
     R->policy = cfg->policy->create(&R->env);
     batch_init(&R->b, cfg->sched.max_num_seqs);
+    if (cfg->async_scheduling) batch_init(&R->b_next, cfg->sched.max_num_seqs);
+    for (int32_t i = 0; i < (cfg->async_scheduling ? 2 : 1); i++) {
+        R->fl[i].done = xmalloc(sizeof *R->fl[i].done * (size_t)cfg->sched.max_num_seqs);
+        R->fl[i].out_index = xmalloc(sizeof *R->fl[i].out_index * (size_t)cfg->sched.max_num_seqs);
+    }
 }
 
 /* Frees R; returns the KV blocks still in use once its requests are dropped (must be 0). */
@@ -683,6 +882,8 @@ static int32_t replica_free(loop_state *L, replica *R)
     int32_t leaked = kv_num_used(&R->kv);
     cfg->policy->destroy(R->policy);
     batch_free(&R->b);
+    if (cfg->async_scheduling) batch_free(&R->b_next);
+    for (int32_t i = 0; i < 2; i++) free(R->fl[i].done), free(R->fl[i].out_index);
     kv_destroy(&R->kv);
     if (cfg->num_host_blocks > 0) kv_destroy(&R->swap);
     gsl_rng_free(R->rng);
@@ -697,6 +898,8 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
     if (cluster && clock->real_time)
         return terr_set(e, "--num-replicas is a simulator option: a real engine is one replica");
     if (N > 1 && !cfg->router) return terr_set(e, "--router: a cluster of %d replicas needs one", N);
+    if (cfg->async_scheduling && cluster)
+        return terr_set(e, "--async-scheduling: one replica only (not with --num-replicas or the cluster loop)");
     loop_state L = {.cfg = cfg, .ex = ex, .m = m, .hooks = hooks, .num_replicas = N};
     const void *knobs = cfg->policy_knobs;
     if (!knobs && cfg->policy->knobs) {
@@ -707,7 +910,7 @@ int serve_run(const serve_config *cfg, arrival_source src, executor ex, tclock *
     for (int32_t i = 0; i < N; i++) replica_init(&L, &L.reps[i], i, knobs);
 
     int rc;
-    if (!cluster) rc = run_single(&L, src, clock, e);
+    if (!cluster) rc = cfg->async_scheduling ? run_single_async(&L, src, clock, e) : run_single(&L, src, clock, e);
     else {
         L.load = xcalloc((size_t)N, sizeof *L.load);
         for (int32_t i = 0; i < N; i++) L.load[i].kv_blocks_total = L.reps[i].kv.num_blocks;

@@ -32,6 +32,17 @@
  * request that arrives during a step is outstanding from its arrival, before the step's
  * finishes leave), so it runs on the engine too.
  *
+ * Asynchronous scheduling (async_scheduling, vLLM's --async-scheduling) takes the host's
+ * scheduling and the step's preparation off the device's critical path: once step N is handed
+ * to the executor, the loop applies it at once (its tokens counted, its finished requests out of
+ * the policy and their blocks free), schedules step N+1 and hands it over too, and only then
+ * waits for N's results (its time, its tokens' ids and times). Nothing the scheduler decides
+ * depends on the ids, only on how many tokens each request has; a decode's input token that N
+ * samples reaches N+1 on the device (executor.h's submit). The cost: requests that arrive while
+ * N runs are first scheduled in N+2, as in vLLM. The simulator replays the same order (its
+ * executor prices a step when the loop would collect it), so sim and run stay comparable. One
+ * replica only.
+ *
  * Every request of the trace ends exactly once, finished or rejected with a reason, and is
  * counted: a request that can never run is rejected on arrival; if a policy ever leaves live
  * requests it will not schedule with no arrivals left, the loop rejects them as unschedulable
@@ -66,6 +77,9 @@ typedef struct serve_config {
     double router_load_cap;  /* router_env.load_cap */
     int64_t max_concurrency; /* > 0: at most this many requests outstanding (closed loop) */
     bool cluster_loop;       /* run one replica through the cluster loop (tests prove them equal) */
+    /* Schedule step N+1 while step N runs (vLLM's --async-scheduling): see the top of the file.
+     * One replica only. */
+    bool async_scheduling;
 } serve_config;
 
 typedef struct serve_result {

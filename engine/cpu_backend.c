@@ -46,6 +46,11 @@ typedef struct cpu_model {
     float *act;    /* (T, I) */
     float *logits; /* (max_seqs, V) */
     float *scratch; /* (V) sampling */
+    /* (2, max_seqs) sampled ids, the halves taking turns as on the GPU: token id -1 - k of a step
+     * is row k of the last sample_start's half */
+    int32_t *sampled;
+    int32_t start_half, wait_half; /* the halves the next sample_start and sample_wait use */
+    int32_t *tok;                  /* (T) a step's token ids with those resolved */
 } cpu_model;
 
 static void cpu_destroy(void *self)
@@ -59,7 +64,7 @@ static void cpu_destroy(void *self)
     if (m->lm_head != m->embed) free(m->lm_head);
     free(m->embed), free(m->final_norm), free(m->layers), free(m->kv), free(m->host_kv), free(m->inv_freq);
     free(m->x), free(m->xn), free(m->qkv), free(m->attn), free(m->tmp), free(m->gu), free(m->act);
-    free(m->logits), free(m->scratch);
+    free(m->logits), free(m->scratch), free(m->sampled), free(m->tok);
     free(m);
 }
 
@@ -142,6 +147,8 @@ static int cpu_open(void **self, const model_config *mc, const engine_opts *o,
     m->act = xmalloc(sizeof(float) * (size_t)(T * I));
     m->logits = xmalloc(sizeof(float) * (size_t)(o->max_seqs * V));
     m->scratch = xmalloc(sizeof(float) * (size_t)V);
+    m->sampled = xcalloc(2 * (size_t)o->max_seqs, sizeof(int32_t));
+    m->tok = xmalloc(sizeof(int32_t) * (size_t)T);
     *self = m;
     return 0;
 }
@@ -157,7 +164,9 @@ static int cpu_forward(void *self, const eng_step *s, terr *e)
     int rb = m->o.cpu_round_bf16;
     int64_t layer_kv = (int64_t)(m->o.num_blocks + 1) * m->o.block_size * nkv * hd;
 
-    cpu_embed(m->embed, s->token_ids, T, h, m->x);
+    const int32_t *prev = m->sampled + (int64_t)(m->start_half ^ 1) * m->o.max_seqs;
+    for (int32_t t = 0; t < T; t++) m->tok[t] = s->token_ids[t] < 0 ? prev[-1 - s->token_ids[t]] : s->token_ids[t];
+    cpu_embed(m->embed, m->tok, T, h, m->x);
     for (int32_t l = 0; l < mc->num_layers; l++) {
         cpu_layer *L = &m->layers[l];
         float *k_cache = m->kv + 2 * l * layer_kv, *v_cache = k_cache + layer_kv;
@@ -187,13 +196,24 @@ static int cpu_forward(void *self, const eng_step *s, terr *e)
     return 0;
 }
 
-static int cpu_sample(void *self, int32_t n, const eng_sampling *sp, int32_t *out, terr *e)
+/* Samples at once (the CPU runs nothing in the background); sample_wait hands the ids over. */
+static int cpu_sample_start(void *self, int32_t n, const eng_sampling *sp, terr *e)
 {
     cpu_model *m = self;
-    int32_t V = m->mc.vocab_size;
+    int32_t V = m->mc.vocab_size, *out = m->sampled + (int64_t)m->start_half * m->o.max_seqs;
+    m->start_half ^= 1;
     for (int32_t i = 0; i < n; i++)
         out[i] = sample_row(m->logits + (int64_t)i * V, V, sp->temperature[i], sp->top_p[i],
-                            sp->uniform[i], m->scratch);
+                                   sp->uniform[i], m->scratch);
+    (void)e;
+    return 0;
+}
+
+static int cpu_sample_wait(void *self, int32_t n, int32_t *out, terr *e)
+{
+    cpu_model *m = self;
+    memcpy(out, m->sampled + (int64_t)m->wait_half * m->o.max_seqs, sizeof(int32_t) * (size_t)n);
+    m->wait_half ^= 1;
     (void)e;
     return 0;
 }
@@ -232,7 +252,8 @@ const engine_backend_ops cpu_backend_ops = {
     .name = "cpu",
     .open = cpu_open,
     .forward = cpu_forward,
-    .sample = cpu_sample,
+    .sample_start = cpu_sample_start,
+    .sample_wait = cpu_sample_wait,
     .logits = cpu_logits,
     .swap = cpu_swap,
     .sync = cpu_sync,

@@ -125,8 +125,14 @@ typedef struct cuda_model {
     int32_t *h_meta, *d_meta; /* pinned host / device step arrays */
     int64_t meta_cap;
     cudaEvent_t meta_copied; /* h_meta may be refilled once this has fired */
-    float *h_samp, *d_samp;  /* (3, N) temperature, top_p, uniform */
-    int32_t *h_tok, *d_tok;  /* (N) sampled ids */
+    /* Sampling: a step's parameters go up from h_samp and its ids come down to h_tok, in one of
+     * two halves by turns, so that the next step's sampling can be enqueued before the host has
+     * read this one's (asynchronous scheduling); tok_ready[i] fires when half i's ids are down.
+     * d_tok holds the last sampled step's ids for the next step's embedding (k_embed's prev). */
+    float *h_samp, *d_samp;  /* (2, 3, N) / (3, N): temperature, top_p, uniform */
+    int32_t *h_tok, *d_tok;  /* (2, N) / (N) sampled ids */
+    cudaEvent_t tok_ready[2];
+    int32_t start_half, wait_half; /* the halves the next sample_start and sample_wait use */
     tile *tiles;             /* (max_items) host scratch for ordering prefill tiles */
     /* decode graphs: graphs[i * num_buckets + j] for batch size graph_sizes[i] and context
      * bucket K_DECODE_PARTITION << j */
@@ -200,6 +206,8 @@ static void cuda_destroy(void *self)
     for (size_t i = 0; i < ARRAY_LEN(dev); i++) cudaFree(dev[i]);
     cudaFreeHost(m->h_meta), cudaFreeHost(m->h_samp), cudaFreeHost(m->h_tok);
     if (m->meta_copied) cudaEventDestroy(m->meta_copied);
+    for (int i = 0; i < 2; i++)
+        if (m->tok_ready[i]) cudaEventDestroy(m->tok_ready[i]);
     if (m->stream) cudaStreamDestroy(m->stream);
     ktrace_meter_close(m->ktrace);
     free(m->layers);
@@ -379,6 +387,7 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     CU(k_init()); /* kernel attributes, before any graph capture */
     CU(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&m->meta_copied, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++) CU(cudaEventCreateWithFlags(&m->tok_ready[i], cudaEventDisableTiming));
     TRY(BLAS(cublasCreate_v2(&m->blas)));
     TRY(BLAS(cublasSetStream_v2(m->blas, m->stream)));
     TRY(dev_alloc(&m->blas_ws, 32u << 20, "the cuBLAS workspace", e));
@@ -450,9 +459,9 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     TRY(dev_alloc((void **)&m->d_meta, (size_t)m->meta_cap * 4, "step arrays", e));
     CU(cudaMallocHost((void **)&m->h_meta, (size_t)m->meta_cap * 4));
     TRY(dev_alloc((void **)&m->d_samp, (size_t)(3 * N) * 4, "sampling", e));
-    CU(cudaMallocHost((void **)&m->h_samp, (size_t)(3 * N) * 4));
+    CU(cudaMallocHost((void **)&m->h_samp, (size_t)(2 * 3 * N) * 4));
     TRY(dev_alloc((void **)&m->d_tok, (size_t)N * 4, "sampling", e));
-    CU(cudaMallocHost((void **)&m->h_tok, (size_t)N * 4));
+    CU(cudaMallocHost((void **)&m->h_tok, (size_t)(2 * N) * 4));
     if (o->num_host_blocks) {
         size_t pool = (size_t)o->num_host_blocks * (size_t)(2 * mc->num_layers) * (size_t)o->block_size *
                       (size_t)(mc->num_kv_heads * hd) * 2;
@@ -515,7 +524,7 @@ static int enqueue_forward(cuda_model *m, int32_t T, int32_t B, int32_t N, int32
     /* Decode-sized steps run fused (see the top of this file); the norm prologue stages the
      * normalised rows in shared memory, hence the size limit. */
     bool fuse = T <= SKINNY_MAX_ROWS && (int64_t)T * h * 2 <= K_SKINNY_SMEM;
-    CU_TRY(k_embed(m->embed, d + l->tok, T, h, m->x, m->stream));
+    CU_TRY(k_embed(m->embed, d + l->tok, m->d_tok, T, h, m->x, m->stream));
     bool persistent = fuse && nd == T && np == 0 && T <= m->ds_seqs;
     if (persistent) {
         k_decode_args ds = {
@@ -841,23 +850,39 @@ static int cuda_warmup(void *self, terr *e)
     return 0;
 }
 
-static int cuda_sample(void *self, int32_t n, const eng_sampling *sp, int32_t *out, terr *e)
+/* Enqueues the sampling of the last forward's n logits rows behind it, and the ids' copy down,
+ * without waiting: the ids stay on the device for the next step's embedding (d_tok). The halves
+ * of h_samp / h_tok take turns (engine.c keeps at most two samplings unwaited, in order). */
+static int cuda_sample_start(void *self, int32_t n, const eng_sampling *sp, terr *e)
 {
     cuda_model *m = self;
-    if (n == 0) return 0;
-    /* Queued behind the forward pass without waiting for it: h_samp and h_tok are free, since
-     * the previous call returned only once its copies were done. */
-    memcpy(m->h_samp, sp->temperature, sizeof(float) * (size_t)n);
-    memcpy(m->h_samp + n, sp->top_p, sizeof(float) * (size_t)n);
-    memcpy(m->h_samp + 2 * n, sp->uniform, sizeof(float) * (size_t)n);
-    CU_TRY(cudaMemcpyAsync(m->d_samp, m->h_samp, sizeof(float) * (size_t)(3 * n),
-                           cudaMemcpyHostToDevice, m->stream));
-    CU_TRY(k_sample(m->logits, n, m->mc.vocab_size, m->d_samp, m->d_samp + n, m->d_samp + 2 * n,
-                    m->d_tok, m->stream));
-    CU_TRY(cudaMemcpyAsync(m->h_tok, m->d_tok, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost,
-                           m->stream));
-    CU_TRY(cudaStreamSynchronize(m->stream));
-    memcpy(out, m->h_tok, sizeof(int32_t) * (size_t)n);
+    int32_t half = m->start_half, N = m->o.max_seqs;
+    m->start_half ^= 1;
+    if (n > 0) {
+        float *hs = m->h_samp + (int64_t)half * 3 * N;
+        CU_TRY(cudaEventSynchronize(m->tok_ready[half]));
+        memcpy(hs, sp->temperature, sizeof(float) * (size_t)n);
+        memcpy(hs + n, sp->top_p, sizeof(float) * (size_t)n);
+        memcpy(hs + 2 * n, sp->uniform, sizeof(float) * (size_t)n);
+        CU_TRY(cudaMemcpyAsync(m->d_samp, hs, sizeof(float) * (size_t)(3 * n), cudaMemcpyHostToDevice,
+                               m->stream));
+        CU_TRY(k_sample(m->logits, n, m->mc.vocab_size, m->d_samp, m->d_samp + n, m->d_samp + 2 * n,
+                        m->d_tok, m->stream));
+        CU_TRY(cudaMemcpyAsync(m->h_tok + (int64_t)half * N, m->d_tok, sizeof(int32_t) * (size_t)n,
+                               cudaMemcpyDeviceToHost, m->stream));
+    }
+    CU_TRY(cudaEventRecord(m->tok_ready[half], m->stream)); /* with no rows, the step's end */
+    return 0;
+}
+
+/* Waits for the oldest unwaited sample_start (and so for its step) and copies its n ids to out. */
+static int cuda_sample_wait(void *self, int32_t n, int32_t *out, terr *e)
+{
+    cuda_model *m = self;
+    int32_t half = m->wait_half;
+    m->wait_half ^= 1;
+    CU_TRY(cudaEventSynchronize(m->tok_ready[half]));
+    memcpy(out, m->h_tok + (int64_t)half * m->o.max_seqs, sizeof(int32_t) * (size_t)n);
     return 0;
 }
 
@@ -883,7 +908,8 @@ const engine_backend_ops cuda_backend_ops = {
     .name = "cuda",
     .open = cuda_open,
     .forward = cuda_forward,
-    .sample = cuda_sample,
+    .sample_start = cuda_sample_start,
+    .sample_wait = cuda_sample_wait,
     .logits = cuda_logits,
     .swap = cuda_swap,
     .sync = cuda_sync,

@@ -151,9 +151,14 @@ static int check_step(const engine *eng, const eng_step *s, terr *e)
     uint32_t bad = 0;
     for (int32_t t = 0; t < T; t++) bad |= (uint32_t)s->token_ids[t] >= (uint32_t)V;
     if (bad)
-        for (int32_t t = 0; t < T; t++)
-            if (s->token_ids[t] < 0 || s->token_ids[t] >= V)
-                return terr_set(e, "step: row %d token id %d is outside the vocabulary (%d)", t, s->token_ids[t], V);
+        for (int32_t t = 0; t < T; t++) {
+            int32_t id = s->token_ids[t];
+            if (id < 0 && -1 - (int64_t)id >= eng->num_sampled)
+                return terr_set(e, "step: row %d token id %d names sampled row %lld, and the last sampling had %d rows",
+                                t, id, -1 - (long long)id, eng->num_sampled);
+            if (id >= V)
+                return terr_set(e, "step: row %d token id %d is outside the vocabulary (%d)", t, id, V);
+        }
     for (int32_t i = 0; i < s->num_logits; i++)
         if (s->logits_rows[i] < 0 || s->logits_rows[i] >= T)
             return terr_set(e, "step: logits row %d is %d (num_tokens %d)", i, s->logits_rows[i], T);
@@ -168,22 +173,43 @@ int engine_forward(engine *eng, const eng_step *s, terr *e)
     return rc;
 }
 
-int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e)
+int engine_sample_start(engine *eng, const eng_sampling *sp, terr *e)
 {
-    for (int32_t i = 0; i < eng->last_num_logits; i++)
+    int32_t n = eng->last_num_logits;
+    for (int32_t i = 0; i < n; i++)
         if (!(sp->top_p[i] > 0 && sp->top_p[i] <= 1) || !(sp->temperature[i] >= 0) ||
             !(sp->uniform[i] >= 0 && sp->uniform[i] < 1))
             return terr_set(e, "sampling row %d: need temperature >= 0, top_p in (0, 1], u in [0, 1)",
                             i);
-    int rc = eng->ops->sample(eng->self, eng->last_num_logits, sp, out, e);
+    if (eng->samp_unwaited == 2) return terr_set(e, "sampling: two samplings are already waiting to be read");
+    int rc = eng->ops->sample_start(eng->self, n, sp, e);
     if (rc) return rc;
-    for (int32_t i = 0; i < eng->last_num_logits; i++)
+    eng->samp_rows[eng->samp_unwaited++] = eng->num_sampled = n;
+    return 0;
+}
+
+int engine_sample_wait(engine *eng, int32_t *out, int32_t *nout, terr *e)
+{
+    if (eng->samp_unwaited == 0) return terr_set(e, "sampling: no sampling to wait for");
+    int32_t n = eng->samp_rows[0];
+    eng->samp_rows[0] = eng->samp_rows[1];
+    eng->samp_unwaited--;
+    if (nout) *nout = n;
+    int rc = eng->ops->sample_wait(eng->self, n, out, e);
+    if (rc) return rc;
+    for (int32_t i = 0; i < n; i++)
         if (out[i] == SAMPLE_NOT_FINITE) {
             terr_set(e, "the logits of row %d hold NaN or +inf: the model's weights or arithmetic "
                         "broke down (check the checkpoint's values and config.json); stopping", i);
             return ENGINE_ERR_DEVICE;
         }
     return 0;
+}
+
+int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e)
+{
+    int rc = engine_sample_start(eng, sp, e);
+    return rc ? rc : engine_sample_wait(eng, out, NULL, e);
 }
 
 int engine_logits(engine *eng, float *out, terr *e)

@@ -49,7 +49,10 @@ struct wt_source; /* engine/weights.h */
 typedef struct eng_step {
     int32_t num_tokens;             /* T: rows of the flattened token list */
     int32_t num_seqs;               /* B */
-    const int32_t *token_ids;       /* (T) */
+    const int32_t *token_ids;       /* (T) a vocabulary id, or -1 - k: the id sampled for row k by
+                                       the last engine_sample_start, which the host may not have
+                                       yet (asynchronous scheduling feeds a decode its last token
+                                       so); the device reads it where the sampling left it */
     const int32_t *positions;       /* (T) position of each row in its sequence */
     const int32_t *slot_mapping;    /* (T) KV slot each row writes: block_id*block_size + offset */
     const int32_t *query_start_loc; /* (B+1) sequence b owns rows [qsl[b], qsl[b+1]); qsl[B] == T */
@@ -96,8 +99,12 @@ typedef struct engine_backend_ops {
                 const struct wt_source *src, terr *e);
     /* Enqueues the forward pass of a validated step; logits of its N rows are kept. */
     int (*forward)(void *self, const eng_step *s, terr *e);
-    /* Picks a token from each of the last step's N logits rows into out (host). */
-    int (*sample)(void *self, int32_t n, const eng_sampling *sp, int32_t *out, terr *e);
+    /* Enqueues picking a token from each of the last step's n logits rows, behind its forward
+     * pass, without waiting; the ids stay where the next forward finds token ids -1 - k. */
+    int (*sample_start)(void *self, int32_t n, const eng_sampling *sp, terr *e);
+    /* Waits for the oldest sample_start not yet waited for (at most two are, in order) and
+     * copies its n ids to out (host). */
+    int (*sample_wait)(void *self, int32_t n, int32_t *out, terr *e);
     /* Copies the last step's logits, (n, vocab) float32, to host memory. */
     int (*logits)(void *self, int32_t n, float *out, terr *e);
     /* Copies n blocks dev[i] -> host[i] (to_host) or host[i] -> dev[i], after what was enqueued
@@ -121,6 +128,9 @@ typedef struct engine {
     engine_opts opts;           /* as resolved: defaults filled, num_blocks computed */
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
     int32_t last_num_logits;    /* N of the last forward */
+    int32_t num_sampled;        /* rows of the last sample_start (the ids -1 - k may name) */
+    int32_t samp_rows[2];       /* rows of the unwaited sample_starts, oldest first */
+    int32_t samp_unwaited;      /* how many (0..2) */
     int64_t warmup_ns;          /* wall time of the backend's warm-up at open */
     uint8_t *swap_seen;         /* (max(num_blocks, num_host_blocks)) engine_swap's check, when swapping */
 } engine;
@@ -134,7 +144,14 @@ int engine_open(engine *eng, const engine_opts *o, terr *e);
 void engine_close(engine *eng);
 /* Validates s (see the invariants above) and runs it. */
 int engine_forward(engine *eng, const eng_step *s, terr *e);
+/* Picks a token from each of the last forward's logits rows into out: engine_sample_start, then
+ * engine_sample_wait. */
 int engine_sample(engine *eng, const eng_sampling *sp, int32_t *out, terr *e);
+/* The two halves of engine_sample, so that the next step can be enqueued in between: start
+ * enqueues the sampling behind the last forward; wait waits for the oldest unwaited start (at
+ * most two may be) and writes its ids to out, *n of them (n may be NULL). */
+int engine_sample_start(engine *eng, const eng_sampling *sp, terr *e);
+int engine_sample_wait(engine *eng, int32_t *out, int32_t *n, terr *e);
 int engine_logits(engine *eng, float *out, terr *e);
 int engine_sync(engine *eng, terr *e);
 /* Whether the engine times its kernels (opened with kernel_trace, on a backend that can). */

@@ -32,7 +32,23 @@ typedef struct engine_exec {
     step_kernel_time *settled; /* (cap_settled) */
     size_t cap_settled;
     int64_t trace_ns, traces, settle_ns, steps_settled, settled_at_end;
+    /* steps submitted and not collected (at most two), oldest first */
+    struct in_flight {
+        int64_t t0, t_launched; /* host clock: the submit's start, its last enqueue */
+        bool behind;            /* submitted while the step before it ran */
+    } flight[2];
+    int32_t num_flight;
+    int64_t last_end; /* host clock when the last collected step ended */
 } engine_exec;
+
+/* The id a step feeds the model at position p of r: a sampled id still on the device (-1 - k,
+ * asynchronous scheduling) as it is, any other reduced to the vocabulary. */
+static inline int32_t step_token(const request *r, int32_t p, int32_t V)
+{
+    int32_t o = p - r->prompt_tokens;
+    if (o >= 0 && r->output_ids && o < r->num_output_tokens && r->output_ids[o] < 0) return r->output_ids[o];
+    return (int32_t)(request_token_id(r, p) % (uint32_t)V);
+}
 
 static int by_order(const void *a, const void *b)
 {
@@ -116,20 +132,21 @@ static void begin_kernel_window(engine_exec *x)
     x->trace_ns += clock_mono_ns() - t0;
 }
 
-static int exec_step(void *self, const batch *b, step_result *out, terr *e)
+/* Enqueues b: its swaps, its forward pass and its sampling (the ids stay on the device until
+ * exec_collect). */
+static int exec_submit(void *self, const batch *b, terr *e)
 {
     engine_exec *x = self;
     engine *eng = x->eng;
     const engine_opts *o = &eng->opts;
-    *out = (step_result){0}; /* no kernel times unless the trace settles some */
-    int64_t t0 = clock_mono_ns();
+    assert(x->num_flight < 2);
+    struct in_flight *f = &x->flight[x->num_flight];
+    *f = (struct in_flight){.t0 = clock_mono_ns(), .behind = x->num_flight > 0};
     begin_kernel_window(x); /* its cost is in the launch time below */
     if (do_swaps(x, b, e)) return -1;
-    int64_t trace_ns;
     if (b->num_items == 0) { /* a pass that only swapped out */
-        if (engine_sync(eng, e) || end_kernel_window(x, out, &trace_ns, e)) return -1;
-        out->duration_ns = max_i64(clock_mono_ns() - t0, 1);
-        out->host_ns = out->duration_ns;
+        f->t_launched = clock_mono_ns();
+        x->num_flight++;
         return 0;
     }
     /* Padding rows (static batching) run through the model as sequences of their own on the pad
@@ -156,7 +173,7 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
                             (long long)r->id, r->blocks.len, end, eng->max_blocks_per_seq);
         x->qsl[i] = T;
         for (int32_t p = it->context_tokens; p < end; p++, T++) {
-            x->token_ids[T] = (int32_t)(request_token_id(r, p) % (uint32_t)V);
+            x->token_ids[T] = step_token(r, p, V);
             x->positions[T] = p;
             x->slots[T] = r->blocks.ids[p / bs] * bs + p % bs;
         }
@@ -196,20 +213,49 @@ static int exec_step(void *self, const batch *b, step_result *out, terr *e)
         x->unif[k] = x->rng ? (float)gsl_rng_uniform(x->rng) : 0.0f;
     }
     if (engine_forward(eng, &s, e)) return -1;
-    int64_t t_launched = clock_mono_ns();
+    f->t_launched = clock_mono_ns();
     /* sampling is queued behind the forward pass (on the GPU backend, while it runs) */
     eng_sampling sp = {.temperature = x->temp, .top_p = x->topp, .uniform = x->unif};
-    if (N > 0 && engine_sample(eng, &sp, x->picked, e)) return -1;
-    if (engine_sync(eng, e) || end_kernel_window(x, out, &trace_ns, e)) return -1;
-    for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
-    int64_t t_end = clock_mono_ns();
-    out->duration_ns = t_end - t0;
-    if (out->duration_ns <= 0) out->duration_ns = 1;
-    out->sampled = x->sampled;
-    /* host work serial with the device: this step's preparation and launches (on the CPU
-     * backend the launch is the forward pass itself), and the kernel trace's bookkeeping */
-    out->host_ns = t_launched - t0 + trace_ns;
+    if (engine_sample_start(eng, &sp, e)) return -1;
+    x->num_flight++;
     return 0;
+}
+
+/* Waits for the oldest submitted step (b) and reports it: its sampled ids, and its time from
+ * its submit, or from the end of the step it was queued behind, to its end. */
+static int exec_collect(void *self, const batch *b, step_result *out, terr *e)
+{
+    engine_exec *x = self;
+    engine *eng = x->eng;
+    assert(x->num_flight > 0);
+    struct in_flight f = x->flight[0];
+    x->flight[0] = x->flight[1];
+    x->num_flight--;
+    *out = (step_result){0}; /* no kernel times unless the trace settles some */
+    int64_t trace_ns;
+    /* the sampling's wait is the step's (a sync would also wait for a step queued behind) */
+    if (b->num_items ? engine_sample_wait(eng, x->picked, NULL, e) : engine_sync(eng, e)) return -1;
+    if (end_kernel_window(x, out, &trace_ns, e)) return -1;
+    for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
+    /* The step began at its submit or, queued behind a running step, when the host saw that one
+     * end. Host work serial with the device: its preparation and launches (on the CPU backend
+     * the launch is the forward pass itself) and the kernel trace's bookkeeping; queued behind
+     * a running step, what was left of them when that step ended (the device waited that long,
+     * the loop's scheduling after that end included). */
+    int64_t t_end = clock_mono_ns(), prev_end = x->last_end;
+    int64_t start = f.behind ? max_i64(f.t0, prev_end) : f.t0;
+    x->last_end = t_end;
+    out->duration_ns = max_i64(t_end - start, 1);
+    out->sampled = b->num_items ? x->sampled : NULL;
+    out->host_ns = !b->num_items ? out->duration_ns
+                   : f.behind    ? max_i64(f.t_launched - prev_end, 0) + trace_ns
+                                 : f.t_launched - f.t0 + trace_ns;
+    return 0;
+}
+
+static int exec_step(void *self, const batch *b, step_result *out, terr *e)
+{
+    return exec_submit(self, b, e) ? -1 : exec_collect(self, b, out, e);
 }
 
 /* The end of a run: a forced flush, and the kernel time of every step not yet reported. */
@@ -269,6 +315,8 @@ static const executor_ops engine_executor_ops = {
     .measures_host = true,
     .measures_kernels = exec_measures_kernels,
     .execute = exec_step,
+    .submit = exec_submit,
+    .collect = exec_collect,
     .settle = exec_settle,
     .report = exec_report,
     .destroy = exec_destroy,

@@ -27,12 +27,15 @@ extern "C" cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint3
 // ---- embedding ----------------------------------------------------------------------------------
 
 // grid (T), block 128: row t of x from row tokens[t] of the table, 8 values per access.
-__global__ void embed_kernel(const bf16_t *embed, const int32_t *tokens, int32_t h, float *x)
+__global__ void embed_kernel(const bf16_t *embed, const int32_t *tokens, const int32_t *prev, int32_t h,
+                             float *x)
 {
     griddep_wait();
     griddep_launch_next();
     int t = blockIdx.x;
-    const uint4 *src = reinterpret_cast<const uint4 *>(embed + (int64_t)tokens[t] * h);
+    int32_t id = tokens[t];
+    if (id < 0) id = prev[-1 - id]; // the previous step's sample, not yet on the host
+    const uint4 *src = reinterpret_cast<const uint4 *>(embed + (int64_t)id * h);
     float4 *dst = reinterpret_cast<float4 *>(x + (int64_t)t * h);
     for (int c = threadIdx.x; c < h / 8; c += blockDim.x) {
         float f[8];
@@ -42,10 +45,10 @@ __global__ void embed_kernel(const bf16_t *embed, const int32_t *tokens, int32_t
     }
 }
 
-extern "C" cudaError_t k_embed(const bf16_t *embed, const int32_t *tokens, int32_t T, int32_t h,
-                               float *x, cudaStream_t stream)
+extern "C" cudaError_t k_embed(const bf16_t *embed, const int32_t *tokens, const int32_t *prev, int32_t T,
+                               int32_t h, float *x, cudaStream_t stream)
 {
-    return k_launch(embed_kernel, dim3(T), dim3(128), 0, stream, embed, tokens, h, x);
+    return k_launch(embed_kernel, dim3(T), dim3(128), 0, stream, embed, tokens, prev, h, x);
 }
 
 // ---- residual add + RMSNorm -------------------------------------------------------------------

@@ -35,9 +35,10 @@ typedef uint16_t bf16_t;
 cudaError_t k_synth_bf16(bf16_t *dst, int64_t n, uint64_t seed, uint32_t tensor_id, float mean,
                          float std, cudaStream_t stream);
 
-/* x[t] = embed[tokens[t]]: embed (V, h) bf16, x (T, h) float. h % 8 == 0. */
-cudaError_t k_embed(const bf16_t *embed, const int32_t *tokens, int32_t T, int32_t h, float *x,
-                    cudaStream_t stream);
+/* x[t] = embed[tokens[t]]: embed (V, h) bf16, x (T, h) float. h % 8 == 0. A token id -1 - k
+ * stands for prev[k] (the previous step's sampled ids, on the device; NULL when none is). */
+cudaError_t k_embed(const bf16_t *embed, const int32_t *tokens, const int32_t *prev, int32_t T, int32_t h,
+                    float *x, cudaStream_t stream);
 
 /* Fused residual add + RMSNorm, as cpu_add_rmsnorm: for n rows r (rows[i], or i if rows is
  * NULL): y = x[r] + delta[r] (delta may be NULL); out[i] = bf16(y * rsqrt(mean(y^2) + eps) * w);

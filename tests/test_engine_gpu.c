@@ -315,6 +315,50 @@ START_TEST(cli_generate_cuda_matches_cpu)
 }
 END_TEST
 
+/* Greedy tokens of `tandem run` on the CUDA engine over dir/t.csv, with a flag or two (NULL:
+ * none), sorted by request. */
+static char *cuda_run_tokens(const char *dir, const char *name, const char *flag, const char *flag2)
+{
+    char trace[4200], out[4200], cmd[8600];
+    snprintf(trace, sizeof trace, "%s/t.csv", dir);
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    cli_result r = run_cli("run", "--trace", trace, "--model", "synthetic:tiny-llama3", "--backend", "cuda",
+                           "--max-num-seqs", "8", "--max-model-len", "256", "--max-num-batched-tokens", "96",
+                           "--num-gpu-blocks-override", "24", "--tokens", "--quiet", "--out", out, flag, flag2, NULL);
+    ck_assert_msg(r.exit_code == 0, "run %s: %s", name, r.err);
+    cli_result_free(&r);
+    snprintf(cmd, sizeof cmd, "sort %s/tokens.csv > %s/tokens.sorted", out, out);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/tokens.sorted", out);
+    return slurp(cmd, NULL);
+}
+
+/* Scheduling ahead on the GPU: each decode's last token goes from the sampler to the next step's
+ * embedding on the device (in CUDA graphs and without), and the greedy tokens are those of the
+ * loop that waits for every step; chunked prefills and preemptions included. */
+START_TEST(async_scheduling_keeps_cuda_tokens)
+{
+    char *dir = make_temp_dir("gpu-async"), trace[4200];
+    snprintf(trace, sizeof trace, "%s/t.csv", dir);
+    cli_result r = run_cli("trace", "gen", "--num-requests", "16", "--rate", "inf", "--length-dist", "uniform",
+                           "--input-len", "60", "--output-len", "40", "--range-ratio", "0.5", "--seed", "5", "--out",
+                           trace, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.err);
+    cli_result_free(&r);
+    char *sync = cuda_run_tokens(dir, "sync", NULL, NULL);
+    const char *variants[][3] = {{"async", "--async-scheduling", NULL},
+                                 {"async-eager", "--async-scheduling", "--no-cuda-graphs"}};
+    for (size_t i = 0; i < 2; i++) {
+        char *t = cuda_run_tokens(dir, variants[i][0], variants[i][1], variants[i][2]);
+        ck_assert_msg(strcmp(t, sync) == 0, "%s: greedy tokens differ from the waiting loop's:\n%s\nwaiting:\n%s",
+                      variants[i][0], t, sync);
+        free(t);
+    }
+    free(sync);
+    rm_tree(dir);
+}
+END_TEST
+
 /* One sequence of 40 tokens (drawn by `salt`) in blocks `bt`: prefill (when asked), then the
  * decode of token 40; its logits into out. */
 static void decode_40(engine *eng, const int32_t *bt, int salt, bool prefill, float *out)
@@ -469,6 +513,7 @@ static TCase *engine_tests(void)
     tcase_add_test(tc, model_gpu_matches_cpu_small);
     tcase_add_test(tc, persistent_decode_matches_fused);
     tcase_add_test(tc, cli_generate_cuda_matches_cpu);
+    tcase_add_test(tc, async_scheduling_keeps_cuda_tokens);
     tcase_add_test(tc, swap_round_trip_keeps_logits);
     tcase_add_test(tc, kernel_trace_times_every_step_graphs_included);
     tcase_add_test(tc, profile_kernel_table_splits_each_point_by_kind);

@@ -103,13 +103,18 @@ START_TEST(embed_matches_cpu)
     uint16_t *eb;
     float *ef = randn_bf16(r, (int64_t)V * h, 1.0, &eb);
     for (int i = 0; i < T; i++) tok[i] = (int32_t)gsl_rng_uniform_int(r, (unsigned long)V);
-    void *de = dupload(eb, 2 * (size_t)V * h), *dt = dupload(tok, sizeof tok), *dx = dpoison(4 * (size_t)T * h);
-    CK_CUDA(k_embed(de, dt, T, h, dx, 0));
+    /* every third row names the previous step's sampled id -1 - k instead (prev[k]) */
+    int32_t given[77], prev[26];
+    for (int i = 0; i < T; i++) given[i] = tok[i];
+    for (int k = 0; 3 * k < T; k++) prev[k] = tok[3 * k], given[3 * k] = -1 - k;
+    void *de = dupload(eb, 2 * (size_t)V * h), *dt = dupload(given, sizeof given), *dp = dupload(prev, sizeof prev),
+         *dx = dpoison(4 * (size_t)T * h);
+    CK_CUDA(k_embed(de, dt, dp, T, h, dx, 0));
     float *g = xmalloc(4 * (size_t)T * h), *c = xmalloc(4 * (size_t)T * h);
     download(g, dx, 4 * (size_t)T * h);
     cpu_embed(ef, tok, T, h, c);
-    expect_close("embed T=77 h=4096", g, c, (int64_t)T * h, 0, 0); /* exact */
-    cudaFree(de), cudaFree(dt), cudaFree(dx);
+    expect_close("embed T=77 h=4096, a third of the ids from the previous step", g, c, (int64_t)T * h, 0, 0); /* exact */
+    cudaFree(de), cudaFree(dt), cudaFree(dp), cudaFree(dx);
     free(eb), free(ef), free(g), free(c);
     gsl_rng_free(r);
 }

@@ -267,6 +267,27 @@ START_TEST(orca_reservation_limits_batch)
 }
 END_TEST
 
+/* Scheduling ahead: step 2 is scheduled when step 1 starts (t = 0), so a request arriving
+ * during step 1 (at 0.5 ms) first runs in step 3, where the loop that waits for each step runs
+ * it in step 2; request 0's steps are the same either way. */
+START_TEST(async_scheduling_takes_arrivals_a_step_later)
+{
+    scenario s = scenario_base(&policy_vllm);
+    scenario_add(&s, 0, 4, 4);
+    scenario_add(&s, 0, 2, 2)->arrival_ns = MS / 2;
+    scenario_outcome *o = scenario_run(&s);
+    const char *sync[] = {"0:4", "0:1 1:2", "0:1 1:1", "0:1"};
+    scenario_expect(o, sync, 4);
+    free(o);
+    s.async_scheduling = true;
+    o = scenario_run(&s);
+    const char *ahead[] = {"0:4", "0:1", "0:1 1:2", "0:1 1:1"};
+    scenario_expect(o, ahead, 4);
+    ck_assert_int_eq(o->log.n, 4);
+    free(o);
+}
+END_TEST
+
 /* ---- property test ---- */
 
 typedef struct prop_check {
@@ -337,7 +358,9 @@ START_TEST(invariants_hold_across_policies_and_configs)
         serve_config sc = {.sched = cfg, .policy = pol, .policy_knobs = policy_knobs_of(pol, &knobs),
                            .num_gpu_blocks = min_blocks + (int32_t)gsl_rng_uniform_int(rng, (uint32_t)min_blocks * 3),
                            .num_host_blocks = (int32_t)gsl_rng_uniform_int(rng, 64),
-                           .seed = (uint64_t)trial, .max_steps = 200000};
+                           .seed = (uint64_t)trial, .max_steps = 200000,
+                           /* every other round of the policies schedules ahead */
+                           .async_scheduling = trial / (int)(sizeof all / sizeof all[0]) % 2};
         int n = 1 + (int)gsl_rng_uniform_int(rng, 40);
         arrival arr[40];
         uint64_t hashes[40][2];
@@ -414,6 +437,7 @@ int main(void)
     tcase_add_test(tc, static_runs_batch_to_completion);
     tcase_add_test(tc, static_context_phase_respects_budget);
     tcase_add_test(tc, orca_reservation_limits_batch);
+    tcase_add_test(tc, async_scheduling_takes_arrivals_a_step_later);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("properties");
     tcase_add_test(tp, invariants_hold_across_policies_and_configs);

@@ -99,18 +99,19 @@ static long long column_sum(const char *out, const char *name)
     return sum;
 }
 
-/* `run` on the CPU engine and `sim` under the same flags give the same schedule. */
+/* `run` on the CPU engine and `sim` under the same flags give the same schedule (value NULL: a
+ * flag without one). */
 static void same_schedule(const char *name, const char *flag, const char *value, const char *must_have)
 {
     char run_out[4300], sim_out[4300];
     snprintf(run_out, sizeof run_out, "%s/run-%s", dir, name);
     snprintf(sim_out, sizeof sim_out, "%s/sim-%s", dir, name);
     cli_result r = run_cli("run", COMMON, "--backend", "cpu", "--max-num-batched-tokens", "64",
-                           "--num-gpu-blocks-override", "40", flag, value, "--out", run_out, NULL);
+                           "--num-gpu-blocks-override", "40", "--out", run_out, flag, value, NULL);
     ck_assert_msg(r.exit_code == 0, "run %s: %s", name, r.err);
     cli_result_free(&r);
-    r = run_cli("sim", COMMON, "--max-num-batched-tokens", "64", "--num-gpu-blocks-override", "40", flag, value,
-                "--out", sim_out, NULL);
+    r = run_cli("sim", COMMON, "--max-num-batched-tokens", "64", "--num-gpu-blocks-override", "40", "--out", sim_out,
+                flag, value, NULL);
     ck_assert_msg(r.exit_code == 0, "sim %s: %s", name, r.err);
     cli_result_free(&r);
     char *a = steps_schedule(run_out), *b = steps_schedule(sim_out);
@@ -150,6 +151,9 @@ START_TEST(engine_and_simulator_run_the_same_schedule)
     /* the closed loop (vllm bench serve --max-concurrency): 2 outstanding, the rest let in as
      * requests end, the same on the engine as in the simulator */
     same_schedule("closed", "--max-concurrency", "2", "decode_tokens");
+    /* scheduling ahead: the engine applies a step before it runs and feeds the next its sampled
+     * tokens on the device; the simulator prices each step when the loop collects it */
+    same_schedule("async", "--async-scheduling", NULL, "num_preemptions");
     char path[4400];
     snprintf(path, sizeof path, "%s/run-closed/requests.csv", dir);
     char *csv = slurp(path, NULL);
@@ -184,13 +188,14 @@ static char *sorted_tokens(const char *out)
     return slurp(path, NULL);
 }
 
-/* Greedy tokens of a CPU engine run with extra flags. */
-static char *tokens_of(const char *name, const char *batched, const char *blocks, const char *flag, const char *value)
+/* Greedy tokens of a CPU engine run with extra flags (value NULL: a flag without one; flag2 too). */
+static char *tokens_of(const char *name, const char *batched, const char *blocks, const char *flag, const char *value,
+                       const char *flag2)
 {
     char out[4300];
     snprintf(out, sizeof out, "%s/tok-%s", dir, name);
     cli_result r = run_cli("run", COMMON, "--backend", "cpu", "--tokens", "--max-num-batched-tokens", batched,
-                           "--num-gpu-blocks-override", blocks, flag, value, "--out", out, NULL);
+                           "--num-gpu-blocks-override", blocks, "--out", out, flag, value, flag2, NULL);
     ck_assert_msg(r.exit_code == 0, "%s: %s", name, r.err);
     cli_result_free(&r);
     return sorted_tokens(out);
@@ -200,18 +205,22 @@ START_TEST(preemption_chunking_and_padding_keep_greedy_tokens)
 {
     /* roomy: every request runs start to end; tight: 40 blocks of 4 tokens and 64-token steps,
      * so chunked prefills and preemptions, by recompute or by swapping through host memory;
-     * static batching adds padding rows beside the real ones */
-    char *roomy = tokens_of("roomy", "512", "400", "--preemption-mode", "recompute");
+     * static batching adds padding rows beside the real ones; scheduling ahead feeds tokens
+     * not yet read back */
+    char *roomy = tokens_of("roomy", "512", "400", "--preemption-mode", "recompute", NULL);
     int lines = 0;
     for (char *c = roomy; *c; c++) lines += *c == '\n';
     ck_assert_int_eq(lines, 13); /* the header and 12 requests */
-    const char *variants[][3] = {
-        {"recompute", "--preemption-mode", "recompute"},
-        {"swap", "--preemption-mode", "swap"},
-        {"static", "--scheduling-policy", "static"},
+    const char *variants[][4] = {
+        {"recompute", "--preemption-mode", "recompute", NULL},
+        {"swap", "--preemption-mode", "swap", NULL},
+        {"static", "--scheduling-policy", "static", NULL},
+        /* scheduling ahead: each decode's last token reaches it on the device */
+        {"async-recompute", "--preemption-mode", "recompute", "--async-scheduling"},
+        {"async-swap", "--preemption-mode", "swap", "--async-scheduling"},
     };
     for (size_t i = 0; i < sizeof variants / sizeof *variants; i++) {
-        char *t = tokens_of(variants[i][0], "64", "40", variants[i][1], variants[i][2]);
+        char *t = tokens_of(variants[i][0], "64", "40", variants[i][1], variants[i][2], variants[i][3]);
         ck_assert_msg(strcmp(t, roomy) == 0, "greedy tokens differ:\n%s:\n%s\nroomy:\n%s", variants[i][0], t, roomy);
         free(t);
     }

@@ -206,7 +206,8 @@ scenario_outcome *scenario_run(scenario *s)
     scenario_outcome *o = calloc(1, sizeof *o);
     serve_config sc = {.sched = s->cfg, .policy = s->policy,
                        .policy_knobs = policy_knobs_of(s->policy, &s->knobs), .num_gpu_blocks = s->num_blocks,
-                       .num_host_blocks = s->num_host_blocks, .max_steps = 100000};
+                       .num_host_blocks = s->num_host_blocks, .max_steps = 100000,
+                       .async_scheduling = s->async_scheduling};
     array_source as;
     linear_exec lx = {.base_ns = MS};
     tclock clock;

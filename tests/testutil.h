@@ -78,6 +78,7 @@ typedef struct scenario {
     sched_config cfg;
     policy_knobs knobs; /* every policy's own knobs, at their defaults unless scenario_knob sets one */
     int32_t num_blocks, num_host_blocks;
+    bool async_scheduling;
     arrival arrivals[32];
     uint64_t hashes[32][4];
     int n;

@@ -359,7 +359,7 @@ static void do_rope(void *c, int i)
 static void do_embed(void *c, int i)
 {
     ew_ctx *e = c;
-    CUDA_CHECK(k_embed(e->w, e->tok, e->T, e->h, e->x[i % 4], stream));
+    CUDA_CHECK(k_embed(e->w, e->tok, NULL, e->T, e->h, e->x[i % 4], stream));
 }
 
 static void elementwise(void)
@@ -384,8 +384,8 @@ static void elementwise(void)
     e.inv = (float *)dupload(inv, sizeof inv);
     /* norm inputs must be finite floats: make them from bf16 noise */
     for (int i = 0; i < 4; i++) {
-        CUDA_CHECK(k_embed(e.w, e.tok, T, h, e.x[i], stream));
-        CUDA_CHECK(k_embed(e.w, e.tok, T, h, e.d[i], stream));
+        CUDA_CHECK(k_embed(e.w, e.tok, NULL, T, h, e.x[i], stream));
+        CUDA_CHECK(k_embed(e.w, e.tok, NULL, T, h, e.d[i], stream));
     }
     double t = time_it(do_norm, &e, 10, 15), bytes = (double)T * h * (4 + 4 + 4 + 2);
     row("add + RMSNorm", "T=2048 h=4096", t, bytes, "GB/s", copy_bw, bytes / copy_bw);
