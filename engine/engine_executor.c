@@ -35,6 +35,7 @@ typedef struct engine_exec {
     /* steps submitted and not collected (at most two), oldest first */
     struct in_flight {
         int64_t t0, t_launched; /* host clock: the submit's start, its last enqueue */
+        int64_t t_done;         /* a pass that only swapped: when its copies were done */
         bool behind;            /* submitted while the step before it ran */
     } flight[2];
     int32_t num_flight;
@@ -144,8 +145,9 @@ static int exec_submit(void *self, const batch *b, terr *e)
     *f = (struct in_flight){.t0 = clock_mono_ns(), .behind = x->num_flight > 0};
     begin_kernel_window(x); /* its cost is in the launch time below */
     if (do_swaps(x, b, e)) return -1;
-    if (b->num_items == 0) { /* a pass that only swapped out */
-        f->t_launched = clock_mono_ns();
+    if (b->num_items == 0) { /* a pass that only swapped out: waited for here, nothing behind it yet */
+        if (engine_sync(eng, e)) return -1;
+        f->t_launched = f->t_done = clock_mono_ns();
         x->num_flight++;
         return 0;
     }
@@ -234,7 +236,7 @@ static int exec_collect(void *self, const batch *b, step_result *out, terr *e)
     *out = (step_result){0}; /* no kernel times unless the trace settles some */
     int64_t trace_ns;
     /* the sampling's wait is the step's (a sync would also wait for a step queued behind) */
-    if (b->num_items ? engine_sample_wait(eng, x->picked, NULL, e) : engine_sync(eng, e)) return -1;
+    if (b->num_items && engine_sample_wait(eng, x->picked, NULL, e)) return -1;
     if (end_kernel_window(x, out, &trace_ns, e)) return -1;
     for (int32_t i = 0, k = 0; i < b->num_items; i++) x->sampled[i] = b->items[i].emits_token ? x->picked[k++] : -1;
     /* The step began at its submit or, queued behind a running step, when the host saw that one
@@ -242,7 +244,7 @@ static int exec_collect(void *self, const batch *b, step_result *out, terr *e)
      * the launch is the forward pass itself) and the kernel trace's bookkeeping; queued behind
      * a running step, what was left of them when that step ended (the device waited that long,
      * the loop's scheduling after that end included). */
-    int64_t t_end = clock_mono_ns(), prev_end = x->last_end;
+    int64_t t_end = f.t_done ? f.t_done : clock_mono_ns(), prev_end = x->last_end;
     int64_t start = f.behind ? max_i64(f.t0, prev_end) : f.t0;
     x->last_end = t_end;
     out->duration_ns = max_i64(t_end - start, 1);
