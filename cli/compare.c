@@ -103,12 +103,16 @@ static void note(json_t *notes, const char *fmt, ...)
 }
 
 /* Options that must agree (the trace and which of its requests) and options that may differ
- * but then are part of what the comparison measures. */
+ * but then are part of what the comparison measures (with the value a run that predates the
+ * option had). */
 static const char *const must_agree[] = {"time-scale", "max-requests"};
-static const char *const should_agree[] = {"scheduling-policy", "max-num-seqs", "max-num-batched-tokens",
-                                           "max-model-len", "block-size", "enable-chunked-prefill",
-                                           "long-prefill-token-threshold", "enable-prefix-caching",
-                                           "preemption-mode", "num-gpu-blocks-override", "seed"};
+static const struct {
+    const char *key, *absent;
+} should_agree[] = {{"scheduling-policy", ""}, {"max-num-seqs", ""}, {"max-num-batched-tokens", ""},
+                    {"max-model-len", ""}, {"block-size", ""}, {"enable-chunked-prefill", ""},
+                    {"long-prefill-token-threshold", ""}, {"enable-prefix-caching", ""},
+                    {"preemption-mode", ""}, {"num-gpu-blocks-override", ""}, {"seed", ""},
+                    {"async-scheduling", "false"}};
 
 static int check_config(const run_results *m, const run_results *s, json_t *notes, terr *e)
 {
@@ -142,11 +146,14 @@ static int check_config(const run_results *m, const run_results *s, json_t *note
     if (strcmp(strip_synthetic(a), strip_synthetic(b)))
         return terr_set(e, "model: \"%s\" in MEASURED, \"%s\" in SIMULATED", a, b);
     for (size_t i = 0; i < ARRAY_LEN(should_agree); i++) {
-        run_results_config_text(m, should_agree[i], a, sizeof a);
-        run_results_config_text(s, should_agree[i], b, sizeof b);
+        const char *key = should_agree[i].key;
+        run_results_config_text(m, key, a, sizeof a);
+        run_results_config_text(s, key, b, sizeof b);
+        if (!a[0]) snprintf(a, sizeof a, "%s", should_agree[i].absent);
+        if (!b[0]) snprintf(b, sizeof b, "%s", should_agree[i].absent);
         if (strcmp(a, b))
             note(notes, "%s: %s in MEASURED, %s in SIMULATED: the runs schedule differently, and the errors "
-                        "include that", should_agree[i], a[0] ? a : "none", b[0] ? b : "none");
+                        "include that", key, a[0] ? a : "none", b[0] ? b : "none");
     }
     return 0;
 }

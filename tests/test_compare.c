@@ -207,6 +207,40 @@ START_TEST(mismatched_runs_are_refused_naming_what_differs)
 }
 END_TEST
 
+/* Runs that differ in how they schedule are compared, with a note that says so; a run that
+ * predates --async-scheduling waited for every step, so it agrees with a sim that does too. */
+START_TEST(async_scheduling_is_noted_when_the_runs_differ)
+{
+    char *ahead = out_dir("ahead_sim"), *out = out_dir("ahead_cmp"), *old_out = out_dir("old_cmp2"), cmd[18000];
+    expect_ok(run_cli("sim", COMMON, "--async-scheduling", "--out", ahead, NULL), "sim --async-scheduling");
+    expect_ok(run_cli("compare", run_out, ahead, "--out", out, "--no-figures", "--quiet", NULL), "compare");
+    json_t *cmp = load_json(out, "compare.json");
+    char *notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    ck_assert_msg(notes && strstr(notes, "async-scheduling: false in MEASURED, true in SIMULATED"),
+                  "no note of the scheduling that differs: %s", notes ? notes : "(none)");
+    free(notes);
+    json_decref(cmp);
+    /* MEASURED without the key, against the waiting sim */
+    char old_run[4400], path[4500];
+    snprintf(old_run, sizeof old_run, "%s/pre_async_run", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", old_run, run_out, old_run);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    json_t *summary = load_json(old_run, "summary.json");
+    ck_assert_msg(json_object_del(json_object_get(summary, "config"), "async-scheduling") == 0,
+                  "the run recorded no async-scheduling to take out");
+    snprintf(path, sizeof path, "%s/summary.json", old_run);
+    ck_assert_msg(json_dump_file(summary, path, JSON_INDENT(2)) == 0, "cannot rewrite %s", path);
+    json_decref(summary);
+    expect_ok(run_cli("compare", old_run, sim_out, "--out", old_out, "--no-figures", "--quiet", NULL), "compare");
+    cmp = load_json(old_out, "compare.json");
+    notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    ck_assert_msg(!notes || !strstr(notes, "async-scheduling"), "a note of a difference there is not: %s", notes);
+    free(notes);
+    json_decref(cmp);
+    free(ahead), free(out), free(old_out);
+}
+END_TEST
+
 /* With the kernel trace's columns in MEASURED's steps.csv (written here as `run --kernel-trace`
  * writes them: 60 us of GEMMs, 20 of attention, 10 element-wise, 5 sampling, 5 other and a gap of
  * 50 a step, and one step that ran the fused batch-1 kernel), compare sums them by kind against
@@ -434,6 +468,7 @@ int main(void)
     tcase_add_test(tc, run_against_sim_reports_every_metric_and_step);
     tcase_add_test(tc, sim_against_itself_has_exactly_zero_error);
     tcase_add_test(tc, mismatched_runs_are_refused_naming_what_differs);
+    tcase_add_test(tc, async_scheduling_is_noted_when_the_runs_differ);
     tcase_add_test(tc, trace_is_matched_by_contents_not_path);
     tcase_add_test(tc, kernel_time_by_kind_against_the_roofline);
     tcase_add_test(tc, vllm_result_is_read_and_joined);
