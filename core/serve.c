@@ -294,6 +294,15 @@ static void check_invariants(replica *R)
 }
 #endif
 
+/* Room for n output ids in r->output_ids. */
+static void output_reserve(request *r, int32_t n)
+{
+    if (n <= r->output_cap) return;
+    size_t cap = (size_t)r->output_cap;
+    grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap, (size_t)n);
+    r->output_cap = (int32_t)cap;
+}
+
 /* Applies step b to its requests (fl records what complete_step needs): computed tokens, the
  * emitted tokens counted (each a pending id -1 - k in output_ids when pending_ids: the executor
  * feeds it to the next step before the host has it), finished requests out of the policy. */
@@ -310,11 +319,7 @@ static void advance_step(replica *R, const batch *b, step_flight *fl, bool pendi
         fl->out_index[i] = -1;
         if (!it->emits_token) continue;
         if (pending_ids) {
-            if (r->num_output_tokens >= r->output_cap) {
-                size_t cap = (size_t)r->output_cap;
-                grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap, (size_t)r->num_output_tokens + 1);
-                r->output_cap = (int32_t)cap;
-            }
+            output_reserve(r, r->num_output_tokens + 1);
             r->output_ids[r->num_output_tokens] = -1 - k++;
         }
         fl->out_index[i] = r->num_output_tokens++;
@@ -349,11 +354,7 @@ static void complete_step(replica *R, const batch *b, const step_flight *fl, con
         int32_t o = fl->out_index[i];
         if (o < 0 || r->state == REQ_REJECTED) continue; /* rejected since: it left already */
         if (out->sampled) {
-            if (o >= r->output_cap) {
-                size_t cap = (size_t)r->output_cap;
-                grow_array((void **)&r->output_ids, sizeof *r->output_ids, &cap, (size_t)o + 1);
-                r->output_cap = (int32_t)cap;
-            }
+            output_reserve(r, o + 1);
             r->output_ids[o] = out->sampled[i];
         }
         if (r->first_token_ns < 0) {

@@ -207,11 +207,27 @@ START_TEST(mismatched_runs_are_refused_naming_what_differs)
 }
 END_TEST
 
+/* A copy of run_out at dir/name as an older tandem wrote it: without key in the config's
+ * section (NULL: the config itself, else one of its objects). Returns its path (the caller frees). */
+static char *older_run(const char *name, const char *section, const char *key)
+{
+    char *old = out_dir(name), cmd[18000], path[4500];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", old, run_out, old);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    json_t *summary = load_json(old, "summary.json"), *config = json_object_get(summary, "config");
+    json_t *in = section ? json_object_get(config, section) : config;
+    ck_assert_msg(json_object_del(in, key) == 0, "the run recorded no %s to take out", key);
+    snprintf(path, sizeof path, "%s/summary.json", old);
+    ck_assert_msg(json_dump_file(summary, path, JSON_INDENT(2)) == 0, "cannot rewrite %s", path);
+    json_decref(summary);
+    return old;
+}
+
 /* Runs that differ in how they schedule are compared, with a note that says so; a run that
  * predates --async-scheduling waited for every step, so it agrees with a sim that does too. */
 START_TEST(async_scheduling_is_noted_when_the_runs_differ)
 {
-    char *ahead = out_dir("ahead_sim"), *out = out_dir("ahead_cmp"), *old_out = out_dir("old_cmp2"), cmd[18000];
+    char *ahead = out_dir("ahead_sim"), *out = out_dir("ahead_cmp"), *old_out = out_dir("old_cmp2");
     expect_ok(run_cli("sim", COMMON, "--async-scheduling", "--out", ahead, NULL), "sim --async-scheduling");
     expect_ok(run_cli("compare", run_out, ahead, "--out", out, "--no-figures", "--quiet", NULL), "compare");
     json_t *cmp = load_json(out, "compare.json");
@@ -221,23 +237,14 @@ START_TEST(async_scheduling_is_noted_when_the_runs_differ)
     free(notes);
     json_decref(cmp);
     /* MEASURED without the key, against the waiting sim */
-    char old_run[4400], path[4500];
-    snprintf(old_run, sizeof old_run, "%s/pre_async_run", dir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", old_run, run_out, old_run);
-    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
-    json_t *summary = load_json(old_run, "summary.json");
-    ck_assert_msg(json_object_del(json_object_get(summary, "config"), "async-scheduling") == 0,
-                  "the run recorded no async-scheduling to take out");
-    snprintf(path, sizeof path, "%s/summary.json", old_run);
-    ck_assert_msg(json_dump_file(summary, path, JSON_INDENT(2)) == 0, "cannot rewrite %s", path);
-    json_decref(summary);
+    char *old_run = older_run("pre_async_run", NULL, "async-scheduling");
     expect_ok(run_cli("compare", old_run, sim_out, "--out", old_out, "--no-figures", "--quiet", NULL), "compare");
     cmp = load_json(old_out, "compare.json");
     notes = json_dumps(json_object_get(cmp, "notes"), 0);
     ck_assert_msg(!notes || !strstr(notes, "async-scheduling"), "a note of a difference there is not: %s", notes);
     free(notes);
     json_decref(cmp);
-    free(ahead), free(out), free(old_out);
+    free(ahead), free(out), free(old_out), free(old_run);
 }
 END_TEST
 
@@ -327,17 +334,7 @@ START_TEST(trace_is_matched_by_contents_not_path)
 
     /* a run that recorded no content hash (an older one, or a trace from a pipe), moved: the
      * paths differ, so its requests decide, and the notes say so */
-    char old_run[4400], out[4400];
-    snprintf(old_run, sizeof old_run, "%s/old_run", dir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", old_run, run_out, old_run);
-    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
-    json_t *summary = load_json(old_run, "summary.json");
-    json_t *resolved = json_object_get(json_object_get(summary, "config"), "resolved");
-    ck_assert_msg(json_object_del(resolved, "trace_xxh3") == 0, "the run recorded no trace_xxh3 to take out");
-    char path[4500];
-    snprintf(path, sizeof path, "%s/summary.json", old_run);
-    ck_assert_msg(json_dump_file(summary, path, JSON_INDENT(2)) == 0, "cannot rewrite %s", path);
-    json_decref(summary);
+    char *old_run = older_run("old_run", "resolved", "trace_xxh3"), out[4400];
     snprintf(out, sizeof out, "%s/old_cmp", dir);
     expect_ok(run_cli("compare", old_run, sim, "--out", out, "--no-figures", "--quiet", NULL),
               "compare of a hashless run against the moved trace's sim");
@@ -350,6 +347,7 @@ START_TEST(trace_is_matched_by_contents_not_path)
     expect_refused(old_run, changed, "request 11: arrival");
     free(sim);
     free(changed);
+    free(old_run);
 }
 END_TEST
 
