@@ -19,12 +19,13 @@
  * gate/up GEMM + SiLU*up, down GEMM + residual (k_gemm_skinny_fused); at batch 1 each separate
  * small kernel cost more in launch and drain than its work. From 4 rows the cuBLAS path is
  * faster (`bench_engine_gpu steps`: B4 4.94 against 5.63 ms fused, B8 5.49 against 9.44): the
- * weight-streaming kernel multiplies on CUDA cores, whose work per weight byte grows with M. Pure-decode steps of one sequence
- * run all layers in one persistent kernel instead, where it supports the model's shape
- * (k_decode_stream): the same five operations as phases, with the weights and KV streamed
- * through shared memory ahead of them. At 2 and 4 sequences it measured slower than the five
- * kernels a layer. Kernels are launched as programmatic dependents (kernels/kernels.h), so each
- * overlaps its predecessor's tail.
+ * weight-streaming kernel multiplies on CUDA cores, whose work per weight byte grows with M.
+ * Pure-decode steps of one or two sequences run all layers in one persistent kernel instead,
+ * where it supports the model's shape (k_decode_stream): the same five operations as phases,
+ * with the weights and KV streamed through shared memory ahead of them (two sequences on an H100:
+ * 5.26 ms against 6.50 for the five kernels a layer, Llama-2-7B at context 1024). Kernels are
+ * launched as programmatic dependents (kernels/kernels.h), so each overlaps its predecessor's
+ * tail.
  *
  * Pure-decode steps replay CUDA graphs, one per (graph batch size, context-length bucket), all
  * captured at open (as vLLM captures its graphs at start-up), so that no step of a run pays for
@@ -120,7 +121,7 @@ typedef struct cuda_model {
     /* persistent decode kernel (NULL when it does not run the model) */
     k_layer_w *d_layers; /* (L) */
     float *ds_partials;  /* (ds_seqs, nh, k_decode_stream_grid(), hd + 4) */
-    int32_t ds_seqs;     /* largest pure-decode step it runs: 1, or 0 when it does not run the model */
+    int32_t ds_seqs;     /* largest pure-decode step it runs (1..K_DECODE_STREAM_MAX_SEQS), 0: none */
     unsigned *ds_barrier;
     int32_t *h_meta, *d_meta; /* pinned host / device step arrays */
     int64_t meta_cap;
@@ -428,11 +429,13 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
                   "attention partials", e));
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
-    /* The persistent decode kernel runs pure-decode steps of one sequence (docs/engine.md, "The
-     * streamed decode kernel"). */
-    if (k_decode_stream_supported(h, I, mc->num_heads, mc->num_kv_heads, hd,
-                                  (int32_t)min_i64(INT32_MAX, o->max_model_len)))
-        m->ds_seqs = 1;
+    /* The persistent decode kernel runs pure-decode steps of as many sequences as it is built
+     * for and the model's shape allows (docs/engine.md, "The streamed decode kernel"). */
+    int32_t stream_seqs = o->stream_seqs < 0 ? K_DECODE_STREAM_MAX_SEQS : o->stream_seqs;
+    for (int32_t M = 1; M <= stream_seqs && M <= K_DECODE_STREAM_MAX_SEQS; M++)
+        if (k_decode_stream_supported(M, h, I, mc->num_heads, mc->num_kv_heads, hd,
+                                      (int32_t)min_i64(INT32_MAX, (int64_t)M * o->max_model_len)))
+            m->ds_seqs = M;
     if (m->ds_seqs > 0) {
         k_layer_w *lw = xcalloc((size_t)mc->num_layers, sizeof *lw);
         for (int32_t i = 0; i < mc->num_layers; i++) {

@@ -26,6 +26,7 @@ void engine_opts_default(engine_opts *o)
         .max_tokens = 2048,
         .max_seqs = 256,
         .cuda_graphs = true,
+        .stream_seqs = -1,
     };
 }
 

@@ -85,6 +85,9 @@ typedef struct engine_opts {
     bool cpu_round_bf16;       /* cpu: round weights, KV and GEMM inputs to bf16 where the GPU
                                   does, so GPU and CPU logits agree to bf16 accumulation error */
     bool cuda_graphs;          /* cuda: replay pure-decode steps from a captured CUDA graph */
+    int32_t stream_seqs;       /* cuda: pure-decode steps of up to this many sequences run in the
+                                  persistent decode kernel where it supports the model (-1: as
+                                  many as it is built for; 0: never, as the tests' reference) */
     bool kernel_trace;         /* cuda: time the GPU's kernels with CUPTI (engine_kernel_meter);
                                   other backends ignore it (opts as resolved: false) */
 } engine_opts;

@@ -155,12 +155,15 @@ typedef struct k_layer_w {
     bf16_t *k_cache, *v_cache;
 } k_layer_w;
 
-/* A pure-decode step of M = 1 sequence through every layer (the device code is written for M
- * rows, sequence b owning row b; the engine runs it at batch 1 only). */
+/* The most sequences k_decode_stream is built for. */
+#define K_DECODE_STREAM_MAX_SEQS 2
+
+/* A pure-decode step of M sequences through every layer (sequence b owning row b; M up to
+ * K_DECODE_STREAM_MAX_SEQS). */
 typedef struct k_decode_args {
     const k_layer_w *layers; /* (num_layers), device memory */
     int32_t num_layers;
-    int32_t M, h, I, nh, nkv, hd; /* M: 1 */
+    int32_t M, h, I, nh, nkv, hd; /* M: 1..K_DECODE_STREAM_MAX_SEQS */
     float eps, scale;       /* RMSNorm epsilon; 1/sqrt(hd) */
     float *x;               /* (M, h) residual stream: embeddings in, last layer's output out */
     float *qkv;             /* (M, (nh + 2 nkv) hd) scratch */
@@ -186,9 +189,11 @@ typedef struct k_decode_args {
  * sequence and head. */
 int32_t k_decode_stream_grid(void);
 
-/* Whether k_decode_stream runs this shape (at M = 1): hd 64 or 128, nh a multiple of 8 and at
- * most 32, and a shared-memory ring of at least 3 slots next to the staged activation. */
-int k_decode_stream_supported(int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd, int32_t max_tokens);
+/* Whether k_decode_stream runs this shape at M sequences (1..K_DECODE_STREAM_MAX_SEQS): hd 64 or
+ * 128, nh a multiple of 8 and at most 32, and a shared-memory ring of at least 3 slots next to
+ * the staged activation. */
+int k_decode_stream_supported(int32_t M, int32_t h, int32_t I, int32_t nh, int32_t nkv, int32_t hd,
+                              int32_t max_tokens);
 
 /* Every layer of a pure-decode step in one persistent kernel (kernels/decode_stream.cu): the
  * fused path's five operations a layer as phases between grid barriers, while a producer warp per

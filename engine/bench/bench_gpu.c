@@ -555,7 +555,7 @@ static void swaps(void)
 
 /* How the engine runs a pure-decode step of B sequences (cuda_backend.c). */
 /* (SKINNY_MAX_ROWS there) */
-static const char *decode_path(int B) { return B == 1 ? "persistent" : B <= 2 ? "fused" : "cuBLAS"; }
+static const char *decode_path(int B) { return B <= K_DECODE_STREAM_MAX_SEQS ? "persistent" : "cuBLAS"; }
 
 static void whole_steps(void)
 {
