@@ -17,8 +17,8 @@
 #include "util.h"
 
 /* What a GPU kernel does, told by its name (engine/kernel_trace.c): GEMMs (cuBLAS's and the
- * engine's weight-streaming one), attention, one kernel doing whole layers (the engine's
- * streamed batch-1 decode), element-wise work (embedding, norms, RoPE, SiLU), sampling, and
+ * engine's weight-streaming one), attention, one kernel doing whole layers (the engine's streamed
+ * decode of one or two sequences), element-wise work (embedding, norms, RoPE, SiLU), sampling, and
  * anything else. */
 typedef enum kernel_kind {
     KERNEL_GEMM,

@@ -68,8 +68,8 @@ ktrace_losses ktrace_take_losses(void);
 /* What a kernel does, from its name as CUPTI reports it (mangled or not): cuBLAS's GEMMs
  * (gemm, gemv, nvjet, xmma, splitKreduce in the name) and the engine's weight-streaming one
  * (skinny_kernel) are GEMMs; the engine's decode and prefill attention kernels attention; its
- * streamed batch-1 decode (decode_stream_kernel) fused; embedding, RMSNorm, RoPE and SiLU
- * element-wise; sample_kernel sampling; the rest (a NULL name included) other. */
+ * streamed decode of one or two sequences (decode_stream_kernel) fused; embedding, RMSNorm, RoPE
+ * and SiLU element-wise; sample_kernel sampling; the rest (a NULL name included) other. */
 kernel_kind ktrace_classify(const char *name);
 
 /* One kernel's run, on CUPTI's clock (cuptiGetTimestamp's, which the records' timestamps share). */
