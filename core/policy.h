@@ -75,8 +75,9 @@ typedef struct policy_ops {
     /* r leaves the system (finished, or aborted by the loop): take it out of the queues. The
      * loop frees its KV blocks afterwards. */
     void (*remove_request)(void *self, request *r);
-    /* Optional: the step ran and its results were applied (r->num_computed_tokens advanced,
-     * tokens emitted, finished requests already removed). */
+    /* Optional: the step was applied to its requests (r->num_computed_tokens advanced, emitted
+     * tokens counted, finished requests already removed); under asynchronous scheduling it may
+     * still be running, its token times not yet known. */
     void (*step_done)(void *self, const batch *b);
     int32_t (*num_running)(const void *self);
     int32_t (*num_waiting)(const void *self); /* waiting, preempted and swapped requests */
