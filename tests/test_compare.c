@@ -207,6 +207,16 @@ START_TEST(mismatched_runs_are_refused_naming_what_differs)
 }
 END_TEST
 
+/* `compare MEASURED SIMULATED --out out`, and its notes as JSON text (the caller frees). */
+static char *compare_notes(const char *measured, const char *simulated, const char *out)
+{
+    expect_ok(run_cli("compare", measured, simulated, "--out", out, "--no-figures", "--quiet", NULL), "compare");
+    json_t *cmp = load_json(out, "compare.json");
+    char *notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    json_decref(cmp);
+    return notes;
+}
+
 /* A copy of run_out at dir/name as an older tandem wrote it: without key in the config's
  * section (NULL: the config itself, else one of its objects). Returns its path (the caller frees). */
 static char *older_run(const char *name, const char *section, const char *key)
@@ -229,21 +239,15 @@ START_TEST(async_scheduling_is_noted_when_the_runs_differ)
 {
     char *ahead = out_dir("ahead_sim"), *out = out_dir("ahead_cmp"), *old_out = out_dir("old_cmp2");
     expect_ok(run_cli("sim", COMMON, "--async-scheduling", "--out", ahead, NULL), "sim --async-scheduling");
-    expect_ok(run_cli("compare", run_out, ahead, "--out", out, "--no-figures", "--quiet", NULL), "compare");
-    json_t *cmp = load_json(out, "compare.json");
-    char *notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    char *notes = compare_notes(run_out, ahead, out);
     ck_assert_msg(notes && strstr(notes, "async-scheduling: false in MEASURED, true in SIMULATED"),
                   "no note of the scheduling that differs: %s", notes ? notes : "(none)");
     free(notes);
-    json_decref(cmp);
     /* MEASURED without the key, against the waiting sim */
     char *old_run = older_run("pre_async_run", NULL, "async-scheduling");
-    expect_ok(run_cli("compare", old_run, sim_out, "--out", old_out, "--no-figures", "--quiet", NULL), "compare");
-    cmp = load_json(old_out, "compare.json");
-    notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    notes = compare_notes(old_run, sim_out, old_out);
     ck_assert_msg(!notes || !strstr(notes, "async-scheduling"), "a note of a difference there is not: %s", notes);
     free(notes);
-    json_decref(cmp);
     free(ahead), free(out), free(old_out), free(old_run);
 }
 END_TEST
@@ -336,14 +340,10 @@ START_TEST(trace_is_matched_by_contents_not_path)
      * paths differ, so its requests decide, and the notes say so */
     char *old_run = older_run("old_run", "resolved", "trace_xxh3"), out[4400];
     snprintf(out, sizeof out, "%s/old_cmp", dir);
-    expect_ok(run_cli("compare", old_run, sim, "--out", out, "--no-figures", "--quiet", NULL),
-              "compare of a hashless run against the moved trace's sim");
-    json_t *cmp = load_json(out, "compare.json");
-    char *notes = json_dumps(json_object_get(cmp, "notes"), 0);
+    char *notes = compare_notes(old_run, sim, out); /* a hashless run against the moved trace's sim */
     ck_assert_msg(notes && strstr(notes, "MEASURED recorded no content hash: the requests were matched one by one"),
                   "no note of the unmatched paths: %s", notes ? notes : "(none)");
     free(notes);
-    json_decref(cmp);
     expect_refused(old_run, changed, "request 11: arrival");
     free(sim);
     free(changed);
