@@ -1,6 +1,8 @@
 /* request.c: see request.h. */
 #include "request.h"
 
+#include <assert.h>
+
 #include <stdlib.h>
 
 const char *req_state_name(req_state s)
@@ -48,6 +50,8 @@ uint32_t request_token_id(const request *r, int32_t pos)
             return (uint32_t)(mix64(mix64(r->prefix_hashes[hb] ^ 0x70726566ULL) +
                                     (uint64_t)(pos % PREFIX_HASH_BLOCK_TOKENS)) >> 33);
     } else if (r->output_ids && pos - r->prompt_tokens < r->num_output_tokens) {
+        /* not one still being sampled (-1 - k): no id to hash or feed yet */
+        assert(r->output_ids[pos - r->prompt_tokens] >= 0);
         return (uint32_t)r->output_ids[pos - r->prompt_tokens];
     }
     return (uint32_t)(mix64(mix64((uint64_t)r->id) + (uint64_t)pos) >> 33);

@@ -72,6 +72,8 @@ typedef struct request {
     reject_reason reject_reason;
     int32_t num_computed_tokens; /* prefix of the sequence whose KV is cached */
     int32_t num_output_tokens;   /* tokens generated so far */
+    int32_t num_output_known;    /* of them, those whose step has ended (under asynchronous
+                                    scheduling the last one or two may still be running) */
     int32_t num_cached_tokens;   /* prompt tokens found in the prefix cache at first admission, -1 before */
     int32_t num_preemptions;
     kv_block_table blocks;       /* GPU KV blocks */

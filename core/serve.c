@@ -315,7 +315,8 @@ static void advance_step(replica *R, const batch *b, step_flight *fl, bool pendi
         request *r = it->req;
         r->num_computed_tokens += it->num_tokens;
         R->env.kv_tokens += it->num_tokens;
-        kv_cache_blocks(&R->kv, r, r->num_computed_tokens);
+        /* prefix caching indexes blocks by their token ids: only those of ended steps are known */
+        kv_cache_blocks(&R->kv, r, min_i32(r->num_computed_tokens, r->prompt_tokens + r->num_output_known));
         fl->out_index[i] = -1;
         if (!it->emits_token) continue;
         if (pending_ids) {
@@ -357,6 +358,7 @@ static void complete_step(replica *R, const batch *b, const step_flight *fl, con
             output_reserve(r, o + 1);
             r->output_ids[o] = out->sampled[i];
         }
+        r->num_output_known = o + 1;
         if (r->first_token_ns < 0) {
             r->first_token_ns = L->now_ns;
             if (L->load) L->load[R->index].pending_prefill_tokens -= r->prompt_tokens;

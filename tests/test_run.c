@@ -154,6 +154,8 @@ START_TEST(engine_and_simulator_run_the_same_schedule)
     /* scheduling ahead: the engine applies a step before it runs and feeds the next its sampled
      * tokens on the device; the simulator prices each step when the loop collects it */
     same_schedule("async", "--async-scheduling", NULL, "num_preemptions");
+    /* prefix caching indexes a block by its token ids only once the step that sampled them ended */
+    same_schedule("async-prefix", "--async-scheduling", "--enable-prefix-caching", "num_preemptions");
     char path[4400];
     snprintf(path, sizeof path, "%s/run-closed/requests.csv", dir);
     char *csv = slurp(path, NULL);
