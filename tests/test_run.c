@@ -243,7 +243,7 @@ END_TEST
  * invariants checked after every step by this TANDEM_CHECKS build: KV conserved, every request
  * ends once, no livelock) with the CPU engine as the executor: real forward passes, measured
  * step times, sampled tokens. Every continuous policy, recompute preemption, prefix caching on
- * and off (swap and static batching have their own checks above). */
+ * and off, scheduling ahead or not (swap and static batching have their own checks above). */
 START_TEST(invariants_hold_on_the_cpu_engine)
 {
     const policy_ops *all[] = {&policy_vllm, &policy_vllm_v0, &policy_priority, &policy_sarathi,
@@ -274,7 +274,9 @@ START_TEST(invariants_hold_on_the_cpu_engine)
         int32_t min_blocks = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
         serve_config sc = {.sched = cfg, .policy = pol, .policy_knobs = policy_knobs_of(pol, &knobs),
                            .num_gpu_blocks = min_blocks + (int32_t)gsl_rng_uniform_int(rng, (uint32_t)min_blocks * 2),
-                           .seed = (uint64_t)trial, .max_steps = 100000};
+                           .seed = (uint64_t)trial, .max_steps = 100000,
+                           /* every other round of the policies schedules ahead: pending ids */
+                           .async_scheduling = trial / (int)(sizeof all / sizeof all[0]) % 2};
         engine_opts eo;
         engine_opts_default(&eo);
         eo.model = "synthetic:tiny-llama2";
