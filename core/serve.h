@@ -38,8 +38,9 @@
  * the policy and their blocks free), schedules step N+1 and hands it over too, and only then
  * waits for N's results (its time, its tokens' ids and times). Nothing the scheduler decides
  * depends on the ids, only on how many tokens each request has; a decode's input token that N
- * samples reaches N+1 on the device (executor.h's submit). The cost: requests that arrive while
- * N runs are first scheduled in N+2, as in vLLM. The simulator replays the same order (its
+ * samples reaches N+1 on the device (executor.h's submit); prefix caching indexes a block only
+ * once the steps that sampled its tokens have ended. The cost: requests that arrive while N runs
+ * are first scheduled in N+2, as in vLLM. The simulator replays the same order (its
  * executor prices a step when the loop would collect it), so sim and run stay comparable. One
  * replica only.
  *
