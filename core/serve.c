@@ -16,7 +16,8 @@ typedef struct loop_state loop_state;
  * of the policy with their blocks freed) and waiting for its results: when its tokens came and
  * how long it took (complete_step). The state it was applied in is kept for its row. */
 typedef struct step_flight {
-    request **done;     /* (max_num_seqs) requests it finished: still live, for complete_step */
+    request **done;     /* (max_num_seqs) requests it finished: still live, for complete_step (a
+                           request that finishes in the step after is also REQ_FINISHED by then) */
     int32_t *out_index; /* (max_num_seqs) per batch item: the output token it emits, or -1 */
     int32_t num_done;
     int32_t num_running, num_waiting, kv_blocks_used;
