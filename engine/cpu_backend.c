@@ -204,7 +204,7 @@ static int cpu_sample_start(void *self, int32_t n, const eng_sampling *sp, terr 
     m->start_half ^= 1;
     for (int32_t i = 0; i < n; i++)
         out[i] = sample_row(m->logits + (int64_t)i * V, V, sp->temperature[i], sp->top_p[i],
-                                   sp->uniform[i], m->scratch);
+                            sp->uniform[i], m->scratch);
     (void)e;
     return 0;
 }
