@@ -13,10 +13,10 @@
 // For M = 1..8 and each of a layer's four GEMMs in the engine's fused form (norm + QKV + RoPE +
 // KV write, O += residual, norm + gate/up + SiLU, down += residual) and the LM head (final norm
 // + GEMM): the product's kernel (k_gemm_skinny_fused), this one (from 3 rows; first checked
-// against the product's output from the same inputs), and cuBLAS (the GEMM alone: the cuBLAS
-// path also runs a norm, RoPE and SiLU kernel of its own). Then a whole layer of each, the
-// four kernels back to back as the engine launches them (programmatic dependents), weights
-// rotating over layers enough that none is in L2. Times are lab.cuh's time_ms; rates are weight
+// against the product's output from the same inputs), and the engine's cuBLAS path (the GEMM
+// with the norm, RoPE + KV write or SiLU * up kernel beside it). Then a whole layer of each
+// without attention (the fused path's four kernels, the cuBLAS path's eight) back to back as
+// the engine launches them, weights rotating over layers enough that none is in L2. Times are lab.cuh's time_ms; rates are weight
 // bytes / time against a device-to-device copy.
 //
 // One whole-step A/B exists (`bench_engine_gpu steps`, one H100, the engine with this kernel
@@ -33,6 +33,7 @@
 #include <cublas_v2.h>
 
 #include "kernels/dev/lab.cuh"
+#include "kernels/elementwise.cu" // the cuBLAS path's norm, RoPE + KV write and SiLU * up
 #include "kernels/gemm_skinny.cu" // the product's kernel, prologue and epilogues
 
 // gemm_skinny.cu's k_init sets the prefill kernels' limits too; nothing here launches them.
@@ -274,6 +275,8 @@ typedef struct bench {
     bf16_t *xin[NUM_OPS];           // bf16 inputs of o and down: attention output, SiLU output
     void *y[NUM_OPS];               // outputs
     bf16_t *norm_w, *k_cache, *v_cache;
+    bf16_t *xn, *qkv16, *gu, *act; // the cuBLAS path's: normed rows, its GEMMs' bf16 outputs
+    float *q;                      // its rotated q
     int32_t *pos, *slot;
     float *inv_freq;
     cublasHandle_t blas;
@@ -324,22 +327,31 @@ static size_t out_bytes(const bench *b, int op, int M)
     return op == OP_GU ? (size_t)M * b->s->I * 2 : (size_t)M * b->N[op] * 4;
 }
 
-// The cuBLAS GEMM of op (bf16 out for QKV and gate/up, fp32 += for O and down, fp32 for the head),
-// from the bf16 input the cuBLAS path would have normed (here the same bf16 buffer).
+// op as the engine's cuBLAS path runs it (engine/cuda_backend.c enqueue_forward): the norm
+// before QKV, gate/up and the head, the GEMM (bf16 out for QKV and gate/up, fp32 += for O and
+// down, fp32 for the head), RoPE + KV write after QKV, SiLU * up after gate/up.
 static void cublas_op(const bench *b, int op, int l, int M)
 {
+    const shape *s = b->s;
     const float alpha = 1, beta = op == OP_O || op == OP_DOWN ? 1.0f : 0.0f;
     const bool f32 = op != OP_QKV && op != OP_GU;
-    const bf16_t *x = op == OP_O || op == OP_DOWN ? b->xin[op] : b->xin[OP_O];
+    const bf16_t *x = op == OP_O ? b->xin[OP_O] : op == OP_DOWN ? b->act : b->xn;
+    void *y = op == OP_QKV ? (void *)b->qkv16 : op == OP_GU ? (void *)b->gu : b->y[op];
+    if (op == OP_QKV || op == OP_GU || op == OP_HEAD)
+        CUDA_CHECK(k_add_rmsnorm(b->resid, NULL, b->norm_w, NULL, M, s->h, 1e-5f, b->xn, b->st));
     CUBLAS_CHECK(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, b->N[op], M, b->K[op], &alpha,
                               b->w[op == OP_HEAD ? 0 : l][op], CUDA_R_16BF, b->K[op], x, CUDA_R_16BF,
-                              b->K[op], &beta, b->y[op], f32 ? CUDA_R_32F : CUDA_R_16BF, b->N[op],
+                              b->K[op], &beta, y, f32 ? CUDA_R_32F : CUDA_R_16BF, b->N[op],
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (op == OP_QKV)
+        CUDA_CHECK(k_rope_kv_write(b->qkv16, b->pos, b->slot, M, s->nh, s->nkv, s->hd, b->inv_freq, b->q,
+                                   b->N[OP_QKV], b->k_cache, b->v_cache, b->st));
+    if (op == OP_GU) CUDA_CHECK(k_silu_mul(b->gu, M, s->I, b->act, b->st));
 }
 
 typedef struct run {
     bench *b;
-    int op, M, kind, l; // kind: 0 product, 1 tensor cores, 2 cuBLAS; op NUM_OPS: a whole layer
+    int op, M, kind, l; // kind: 0 product, 1 tensor cores, 2 the cuBLAS path; op NUM_OPS: a layer
 } run;
 
 static void launch(void *ctx)
@@ -426,6 +438,11 @@ int main(int argc, char **argv)
     b.xin[OP_DOWN] = random_bf16((size_t)8 * s->I, 91, 1.0f);
     for (int op = 0; op < NUM_OPS; op++) CUDA_CHECK(cudaMalloc(&b.y[op], (size_t)8 * N[op] * 4));
     b.norm_w = random_bf16(s->h > s->I ? s->h : s->I, 92, 1.0f);
+    b.xn = random_bf16((size_t)8 * s->h, 95, 1.0f);
+    b.qkv16 = random_bf16((size_t)8 * qkv, 96, 1.0f);
+    b.gu = random_bf16((size_t)8 * 2 * s->I, 97, 1.0f);
+    b.act = random_bf16((size_t)8 * s->I, 98, 1.0f);
+    CUDA_CHECK(cudaMalloc(&b.q, (size_t)8 * qkv * 4));
     b.k_cache = random_bf16((size_t)8 * s->nkv * s->hd, 93, 1.0f);
     b.v_cache = random_bf16((size_t)8 * s->nkv * s->hd, 94, 1.0f);
     int32_t hp[8], hs[8];
@@ -454,7 +471,7 @@ int main(int argc, char **argv)
     printf("check: tensor cores against the product's kernel, every op at M = 3..8: %s\n\n", bad ? "FAILED" : "rel L2 < 1e-2");
     if (bad) return 1;
 
-    printf("| op | M | product kernel | tensor cores | cuBLAS GEMM alone |\n|---|---:|---:|---:|---:|\n");
+    printf("| op | M | product kernel | tensor cores | cuBLAS path |\n|---|---:|---:|---:|---:|\n");
     for (int op = 0; op <= NUM_OPS; op++) {
         double wb = 0;
         for (int o = 0; o < OP_HEAD; o++) wb += op == NUM_OPS || op == o ? 2.0 * N[o] * K[o] : 0;
@@ -465,7 +482,7 @@ int main(int argc, char **argv)
                 run r = {&b, op, M, kind, 0};
                 t[kind] = kind == 1 && M < 3 ? 0 : time_ms(launch, &r, b.st);
             }
-            printf("| %s | %d | %.4f (%.0f%%) |", op == NUM_OPS ? "layer (four GEMMs)" : op_names[op], M, t[0],
+            printf("| %s | %d | %.4f (%.0f%%) |", op == NUM_OPS ? "layer, no attention" : op_names[op], M, t[0],
                    100 * wb / (t[0] * 1e-3) / (copy * 1e9));
             if (M >= 3) printf(" %.4f (%.0f%%) |", t[1], 100 * wb / (t[1] * 1e-3) / (copy * 1e9));
             else printf(" |");
