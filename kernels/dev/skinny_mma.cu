@@ -16,8 +16,8 @@
 // against the product's output from the same inputs), and the engine's cuBLAS path (the GEMM
 // with the norm, RoPE + KV write or SiLU * up kernel beside it). Then a whole layer of each
 // without attention (the fused path's four kernels, the cuBLAS path's eight) back to back as
-// the engine launches them, weights rotating over layers enough that none is in L2. Times are lab.cuh's time_ms; rates are weight
-// bytes / time against a device-to-device copy.
+// the engine launches them, weights rotating over layers enough that none is in L2. Times are
+// lab.cuh's time_ms; rates are weight bytes / time against a device-to-device copy.
 //
 // One whole-step A/B exists (`bench_engine_gpu steps`, one H100, the engine with this kernel
 // dispatched from M = 3 and SKINNY_MAX_ROWS 8 in engine/cuda_backend.c): with a norm prologue that
@@ -44,7 +44,7 @@ cudaError_t k_prefill_init(void) { return cudaSuccess; }
 // where they lie (stride C). Ends with the block synchronised.
 template <int M, int PRO>
 __device__ __forceinline__ const uint4 *lab_stage_x(const k_skinny_args &a, uint4 *s_x, float (*s_red)[M],
-                                                int staged, int stride)
+                                                    int staged, int stride)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C = a.K / 8;
     const uint4 *xs = s_x;
@@ -424,11 +424,13 @@ int main(int argc, char **argv)
     CUBLAS_CHECK(cublasSetStream(b.blas, b.st));
     CUDA_CHECK(k_init());
     const int qkv = (s->nh + 2 * s->nkv) * s->hd;
-    const int N[NUM_OPS] = {qkv, s->h, 2 * s->I, s->h, s->vocab}, K[NUM_OPS] = {s->h, s->nh * s->hd, s->h, s->I, s->h};
+    const int N[NUM_OPS] = {qkv, s->h, 2 * s->I, s->h, s->vocab};
+    const int K[NUM_OPS] = {s->h, s->nh * s->hd, s->h, s->I, s->h};
     memcpy(b.N, N, sizeof N), memcpy(b.K, K, sizeof K);
     for (int l = 0; l < NUM_LAYERS; l++)
         for (int op = 0; op < NUM_OPS; op++)
-            if (op != OP_HEAD || l == 0) b.w[l][op] = random_bf16((size_t)N[op] * K[op], 10 * l + op, 1.0f / sqrtf((float)K[op]));
+            if (op != OP_HEAD || l == 0)
+                b.w[l][op] = random_bf16((size_t)N[op] * K[op], 10 * l + op, 1.0f / sqrtf((float)K[op]));
     float *hr = (float *)malloc((size_t)8 * s->h * 4);
     for (int i = 0; i < 8 * s->h; i++) hr[i] = sinf(0.37f * (float)i) + 0.1f * (float)(i % 5);
     CUDA_CHECK(cudaMalloc(&b.resid, (size_t)8 * s->h * 4));
@@ -459,8 +461,8 @@ int main(int argc, char **argv)
     struct cudaDeviceProp p;
     CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
     const double copy = lab_copy_gbs(b.st);
-    printf("skinny_mma: %s on %s, copy %.0f GB/s; ms (share of the copy rate: weight bytes / time)\n\n", s->name,
-           p.name, copy);
+    printf("skinny_mma: %s on %s, copy %.0f GB/s; ms (share of the copy rate: weight bytes / time)\n\n",
+           s->name, p.name, copy);
 
     int bad = 0;
     for (int M = 3; M <= 8; M++)
@@ -468,7 +470,8 @@ int main(int argc, char **argv)
             const double e = check(&b, op, M);
             if (!(e < 1e-2)) printf("CHECK FAILED: %s M=%d rel L2 %.3g\n", op_names[op], M, e), bad = 1;
         }
-    printf("check: tensor cores against the product's kernel, every op at M = 3..8: %s\n\n", bad ? "FAILED" : "rel L2 < 1e-2");
+    printf("check: tensor cores against the product's kernel, every op at M = 3..8: %s\n\n",
+           bad ? "FAILED" : "rel L2 < 1e-2");
     if (bad) return 1;
 
     printf("| op | M | product kernel | tensor cores | cuBLAS path |\n|---|---:|---:|---:|---:|\n");
@@ -482,7 +485,8 @@ int main(int argc, char **argv)
                 run r = {&b, op, M, kind, 0};
                 t[kind] = kind == 1 && M < 3 ? 0 : time_ms(launch, &r, b.st);
             }
-            printf("| %s | %d | %.4f (%.0f%%) |", op == NUM_OPS ? "layer, no attention" : op_names[op], M, t[0],
+            const char *name = op == NUM_OPS ? "layer, no attention" : op_names[op];
+            printf("| %s | %d | %.4f (%.0f%%) |", name, M, t[0],
                    100 * wb / (t[0] * 1e-3) / (copy * 1e9));
             if (M >= 3) printf(" %.4f (%.0f%%) |", t[1], 100 * wb / (t[1] * 1e-3) / (copy * 1e9));
             else printf(" |");
