@@ -430,12 +430,15 @@ static int cuda_open(void **self, const model_config *mc, const engine_opts *o,
     TRY(dev_alloc((void **)&m->counters, (size_t)N * mc->num_heads * 4, "attention counters", e));
     CU(cudaMemsetAsync(m->counters, 0, (size_t)N * mc->num_heads * 4, m->stream));
     /* The persistent decode kernel runs pure-decode steps of as many sequences as it is built
-     * for and the model's shape allows (docs/engine.md, "The streamed decode kernel"). */
+     * for and the model's shape allows (docs/engine.md, "The streamed decode kernel"): every
+     * count up to ds_seqs, so the first count it does not run ends the search. */
     int32_t stream_seqs = o->stream_seqs < 0 ? K_DECODE_STREAM_MAX_SEQS : o->stream_seqs;
-    for (int32_t M = 1; M <= stream_seqs && M <= K_DECODE_STREAM_MAX_SEQS; M++)
-        if (k_decode_stream_supported(M, h, I, mc->num_heads, mc->num_kv_heads, hd,
-                                      (int32_t)min_i64(INT32_MAX, (int64_t)M * o->max_model_len)))
-            m->ds_seqs = M;
+    for (int32_t M = 1; M <= stream_seqs && M <= K_DECODE_STREAM_MAX_SEQS; M++) {
+        if (!k_decode_stream_supported(M, h, I, mc->num_heads, mc->num_kv_heads, hd,
+                                       (int32_t)min_i64(INT32_MAX, (int64_t)M * o->max_model_len)))
+            break;
+        m->ds_seqs = M;
+    }
     if (m->ds_seqs > 0) {
         k_layer_w *lw = xcalloc((size_t)mc->num_layers, sizeof *lw);
         for (int32_t i = 0; i < mc->num_layers; i++) {
