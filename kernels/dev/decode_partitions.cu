@@ -28,14 +28,6 @@
 #include "kernels/numerics.h"
 #include "kernels/dev/lab.cuh"
 
-#define HD 128
-#define NH 32
-#define BS 16
-#define POOL_BYTES (512ll << 20) // K/V copies rotate over at least this much
-
-static cudaStream_t st;
-static int failures;
-
 #include "kernels/dev/decode_shapes.cuh"
 
 static void do_decode(void *ctx)

@@ -248,14 +248,6 @@ static cudaError_t launch_pipe(const k_attn_args *a, const int32_t *decode_seqs,
 
 // ---- the harness --------------------------------------------------------------------------------
 
-#define HD 128
-#define NH 32
-#define BS 16
-#define POOL_BYTES (512ll << 20) // K/V copies rotate over at least this much
-
-static cudaStream_t st;
-static int failures;
-
 #include "kernels/dev/decode_shapes.cuh"
 
 // s->kernel: 0 the product's kernel, 1 this one

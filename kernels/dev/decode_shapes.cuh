@@ -1,9 +1,9 @@
-// decode_shapes.cuh: what the decode attention labs (decode_partitions.cu, gqa_decode_mma.cu)
-// share: a batch of decode rows laid out as the engine's paged cache (scattered blocks, K/V
-// copies that rotate so that no launch reads from L2, the synthetic values of
-// kernels/numerics.h), and attention over it in double precision on the host, the reference
-// every kernel is checked against. Include after kernels/attention.cu; the including program
-// defines HD, NH, BS, the stream `st`.
+// decode_shapes.cuh: what the decode attention labs (decode_partitions.cu, gqa_decode_mma.cu,
+// decode_pipe.cu) share: their heads, block size and stream; a batch of decode rows laid out as
+// the engine's paged cache (scattered blocks, K/V copies that rotate so that no launch reads from
+// L2, the synthetic values of kernels/numerics.h); and attention over it in double precision on
+// the host, the reference every kernel is checked against. Include after kernels/attention.cu
+// (whose templates name a parameter HD).
 #pragma once
 
 #include <math.h>
@@ -13,6 +13,14 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/numerics.h"
+
+#define HD 128                   // head dim: Llama-2-7B's and Llama-3-8B's
+#define NH 32                    // query heads
+#define BS 16                    // tokens a KV block
+#define POOL_BYTES (512ll << 20) // K/V copies rotate over at least this much
+
+static cudaStream_t st; // every launch and copy of a lab
+static int failures;    // checks that failed
 
 // One shape: B sequences (lengths lens), nkv KV heads, the K/V of one copy laid out as the
 // engine's paged cache with scattered blocks, `copies` copies of it back to back in kv.

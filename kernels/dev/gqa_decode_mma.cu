@@ -35,11 +35,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/numerics.h"
 #include "kernels/dev/lab.cuh"
-
-#define HD 128
-#define NH 32
-#define BS 16
-#define POOL_BYTES (512ll << 20) // K/V copies rotate over at least this much
+#include "kernels/dev/decode_shapes.cuh"
 
 // ---- the kernel ---------------------------------------------------------------------------------
 
@@ -268,11 +264,6 @@ static cudaError_t launch_variant(int v, const k_attn_args *a, const int32_t *ds
 }
 
 // ---- the harness ---------------------------------------------------------------------------------
-
-static cudaStream_t st;
-static int failures;
-
-#include "kernels/dev/decode_shapes.cuh"
 
 // s->kernel: 0 the shipped kernel, v + 1 variants[v]
 static void do_decode(void *ctx)
