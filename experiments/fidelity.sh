@@ -28,8 +28,9 @@
 #               in $WORKLOADS) with `tandem run` ($REPEAT times each, default 1: `run --repeat`,
 #               whose spread report and calibrate carry beside each error), and packs the
 #               measured runs into $OUT/fidelity-MODEL_GPU.tar.gz after each (the device tool
-#               brings it back). A run split over several leases: unpack the last tarball (or
-#               the committed one) into $RAW_ROOT/fidelity and give the same command again;
+#               brings it back). A run split over several leases: unpack the last tarball into
+#               $RAW_ROOT/fidelity (or, for the committed one, set RESUME=1) and give the same
+#               command again;
 #               STOP_AFTER_S=N starts no workload once N seconds have gone (under a time limit,
 #               so that none is cut off halfway, its time lost).
 #   report      here: for each target of $TARGETS with committed runs
@@ -107,6 +108,11 @@ gpu() {
     local t=${model}_$gpu
     traces
     local dir=$RAW/measured-$t
+    # RESUME=1: go on from the committed runs (their profile and the workloads they hold)
+    if [ "${RESUME:-0}" = 1 ] && [ ! -d "$dir" ]; then
+        [ -f "$RES/measured-$t.tar.gz" ] || { echo "[$EXP] RESUME=1: no $RES/measured-$t.tar.gz" >&2; exit 1; }
+        unpack "$RES/measured-$t.tar.gz" "$t"
+    fi
     mkdir -p "$dir"
     local t0=$SECONDS
     if [ ! -f "$dir/$t.csv" ]; then # the shipped one is `ship`'s to write, here
