@@ -1,8 +1,8 @@
-// decode_shapes.cuh: what the decode attention labs (decode_partitions.cu, gqa_decode_mma.cu)
-// share: their heads, block size and stream; a batch of decode rows laid out as the engine's paged
-// cache (scattered blocks, K/V copies that rotate so that no launch reads from L2, the synthetic
-// values of kernels/numerics.h); and attention over it in double precision on the host, the
-// reference every kernel is checked against. Include after kernels/attention.cu
+// decode_shapes.cuh: what the decode attention labs (decode_partitions.cu, gqa_decode_mma.cu,
+// decode_phases.cu) share: their heads, block size and stream; a batch of decode rows laid out as
+// the engine's paged cache (scattered blocks, K/V copies that rotate so that no launch reads from
+// L2, the synthetic values of kernels/numerics.h); and attention over it in double precision on
+// the host, the reference every kernel is checked against. Include after kernels/attention.cu
 // (whose templates name a parameter HD).
 #pragma once
 
