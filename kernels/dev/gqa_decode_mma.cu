@@ -19,11 +19,13 @@
 // The new kernel comes in variants (`variants`: warps a block x stages of each warp's ring: more
 // warps share the queries' staging and the merge, more stages keep more chunks in flight a warp,
 // both cost shared memory and so blocks an SM). Checks first: the shipped kernel and every
-// variant against a CPU reference in double precision over the same bf16 K/V (GQA 4:1 and 8:1,
-// uneven lengths, every partition size). Then times them (lab.cuh's time_ms) at 1-128 sequences
-// and contexts 1024, 2049 and 4096, GQA 4:1 (Llama-3-8B's heads): the shipped kernel at the
-// partition the engine's rule picks (k_decode_partition), each variant at that partition and at
-// its best; the K/V rotate over copies so that no launch reads from L2.
+// variant against a CPU reference in double precision over the same bf16 K/V (8, 4, 2 and 1
+// query heads a KV head, uneven lengths, every partition size). Then times them (lab.cuh's
+// time_ms) at 1-128 sequences and contexts 1024, 2049 and 4096, GQA 4:1 (Llama-3-8B's heads) and
+// MHA (Llama-2-7B's: a block's one head fills one row of the 16, so the question there is the
+// cp.async ring, not the tensor cores): the shipped kernel at the partition the engine's rule
+// picks (k_decode_partition), each variant at that partition and at its best; the K/V rotate over
+// copies so that no launch reads from L2.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +279,8 @@ static void do_decode(void *ctx)
     switch (NH / s->nkv) {
     case 8: CUDA_CHECK(launch_variant<8>(s->kernel - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
     case 4: CUDA_CHECK(launch_variant<4>(s->kernel - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 2: CUDA_CHECK(launch_variant<2>(s->kernel - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
+    case 1: CUDA_CHECK(launch_variant<1>(s->kernel - 1, &a, s->d_dec, s->B, s->P, s->max_parts, s->partials, s->counters, st)); break;
     default: fprintf(stderr, "gqa_decode_mma: no variant for %d heads a KV head\n", NH / s->nkv); exit(2);
     }
 }
@@ -305,48 +309,51 @@ int main(void)
     int sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int uneven[4] = {37, 700, 1203, 16};
-    check(4, uneven, 8);
-    check(4, uneven, 4);
+    for (int nkv = 4; nkv <= NH; nkv *= 2) check(4, uneven, nkv); // 8, 4, 2 and 1 heads a KV head
 
     const double copy_gbs = lab_copy_gbs(st);
-    printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written); GQA %d/8; ms (share of the copy "
-           "ceiling); each variant (warps x stages) at the rule's partition, then at its best one\n\n",
-           copy_gbs, NH);
-    printf("| B   | context | rule P | shipped          |");
-    for (int v = 0; v < NUM_VARIANTS; v++) printf(" mma %dx%d          | best (P)          |", variants[v].W, variants[v].NS);
-    printf("\n|---|---|---|---|");
-    for (int v = 0; v < NUM_VARIANTS; v++) printf("---|---|");
-    printf("\n");
-    static const int batches[] = {1, 2, 4, 8, 16, 32, 64, 128}, ctxs[] = {1024, 2049, 4096};
-    for (int c = 0; c < 3; c++)
-        for (int bi = 0; bi < 8; bi++) {
-            const int B = batches[bi], len = ctxs[c];
-            int lens[128];
-            if ((int64_t)B * len > 256 * 2049) continue;
-            for (int b = 0; b < B; b++) lens[b] = len;
-            shape s;
-            shape_open(&s, B, lens, 8, POOL_BYTES);
-            const double bytes = 2.0 * B * len * 8 * HD * 2;
-            const int rule = k_decode_partition(NH, 8, B, len, sms, INT64_MAX);
+    // GQA 4:1 (Llama-3-8B's heads), then MHA (Llama-2-7B's): one head a block, rows 1 of 16
+    static const int nkvs[] = {8, NH}, batches[] = {1, 2, 4, 8, 16, 32, 64, 128}, ctxs[] = {1024, 2049, 4096};
+    for (int h = 0; h < 2; h++) {
+        const int nkv = nkvs[h];
+        printf("\ncopy ceiling: %.0f GB/s (1 GiB device to device, read + written); %d query heads, %d KV heads; ms "
+               "(share of the copy ceiling); each variant (warps x stages) at the rule's partition, then at its best "
+               "one\n\n", copy_gbs, NH, nkv);
+        printf("| B   | context | rule P | shipped          |");
+        for (int v = 0; v < NUM_VARIANTS; v++) printf(" mma %dx%d          | best (P)          |", variants[v].W, variants[v].NS);
+        printf("\n|---|---|---|---|");
+        for (int v = 0; v < NUM_VARIANTS; v++) printf("---|---|");
+        printf("\n");
+        for (int c = 0; c < 3; c++)
+            for (int bi = 0; bi < 8; bi++) {
+                const int B = batches[bi], len = ctxs[c];
+                int lens[128];
+                if ((int64_t)B * len * nkv > 256 * 2049 * 8) continue; // 4.3 GB of K and V at most
+                for (int b = 0; b < B; b++) lens[b] = len;
+                shape s;
+                shape_open(&s, B, lens, nkv, POOL_BYTES);
+                const double bytes = 2.0 * B * len * nkv * HD * 2;
+                const int rule = k_decode_partition(NH, nkv, B, len, sms, INT64_MAX);
 #define PCT(t) (100.0 * bytes / ((t) * 1e-3) / (copy_gbs * 1e9))
-            s.P = rule, s.max_parts = (len + rule - 1) / rule, s.kernel = 0;
-            const double tp = time_ms(do_decode, &s, st);
-            printf("| %-3d | %-7d | %6d | %.4f (%5.1f%%) |", B, len, rule, tp, PCT(tp));
-            for (int v = 0; v < NUM_VARIANTS; v++) {
-                s.kernel = v + 1;
-                double at_rule = 0, best = 1e30;
-                int best_p = 0;
-                for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
-                    s.P = P, s.max_parts = (len + P - 1) / P;
-                    const double t = time_ms(do_decode, &s, st);
-                    if (P == rule) at_rule = t;
-                    if (t < best) best = t, best_p = P;
+                s.P = rule, s.max_parts = (len + rule - 1) / rule, s.kernel = 0;
+                const double tp = time_ms(do_decode, &s, st);
+                printf("| %-3d | %-7d | %6d | %.4f (%5.1f%%) |", B, len, rule, tp, PCT(tp));
+                for (int v = 0; v < NUM_VARIANTS; v++) {
+                    s.kernel = v + 1;
+                    double at_rule = 0, best = 1e30;
+                    int best_p = 0;
+                    for (int P = 32; P <= K_DECODE_PARTITION; P *= 2) {
+                        s.P = P, s.max_parts = (len + P - 1) / P;
+                        const double t = time_ms(do_decode, &s, st);
+                        if (P == rule) at_rule = t;
+                        if (t < best) best = t, best_p = P;
+                    }
+                    printf(" %.4f (%5.1f%%) | %.4f (%3d) |", at_rule, PCT(at_rule), best, best_p);
                 }
-                printf(" %.4f (%5.1f%%) | %.4f (%3d) |", at_rule, PCT(at_rule), best, best_p);
+                printf("\n");
+                shape_close(&s);
             }
-            printf("\n");
-            shape_close(&s);
-        }
+    }
     printf("\ngqa_decode_mma: %s\n", failures ? "CHECKS FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
