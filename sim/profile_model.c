@@ -41,6 +41,10 @@ const char profile_columns_header_unpadded[] = "kind,num_prefill_seqs,num_decode
                                                "decode_tokens,prefill_pairs2,prefill_keys,decode_keys,decode_keys_sq,"
                                                "max_keys,repeats,median_ms,p10_ms,p90_ms,min_ms,max_ms";
 #define MAX_KNOTS 256
+/* Steps a token count's rows must stand for to be a knot of G, in a profile of more counts than
+ * MAX_KNOTS (serving steps; the smallest and largest counts always are): at a serving count that
+ * one or two steps hold, those steps would set G alone, an odd one included (fit_text). */
+#define KNOT_MIN_STEPS 3
 
 typedef struct point {
     step_shape s;
@@ -65,8 +69,8 @@ typedef struct profile_model {
     double knot[MAX_KNOTS];   /* token counts, ascending */
     double coef[MAX_KNOTS + NUM_LINEAR]; /* ms: G at each knot, then the linear terms */
     double max_decode_keys, max_prefill_pairs2, max_prefill_keys;
-    int32_t num_points;
-    double fit_median_abs_error, fit_max_abs_error; /* relative, over the profile's own points */
+    int32_t num_points, outliers; /* rows read; rows the refit left out (fit_text) */
+    double fit_median_abs_error, fit_max_abs_error; /* relative, over the points fitted */
     int64_t steps, extrapolated;
 } profile_model;
 
@@ -352,20 +356,37 @@ static int32_t thin_knots(const double *d, int32_t m, double rho, double *knot)
     return k;
 }
 
+typedef struct token_count {
+    double t, steps; /* a token count; the measured steps its rows stand for */
+} token_count;
+static int cmp_token_count(const void *a, const void *b)
+{
+    return cmp_double(&((const token_count *)a)->t, &((const token_count *)b)->t);
+}
+
 /* Knots at the distinct token counts. A grid profile has fewer than MAX_KNOTS and gets one at
- * each; a profile of serving steps has nearly every count from 1 to the token budget, so the
- * knots are then spaced evenly in log T instead (the smallest rho that keeps at most MAX_KNOTS,
- * found by bisection): the small counts, where the engine changes kernel path (the
- * weight-streaming GEMM up to 8 rows), stay knots one by one, and above them there is a knot
- * every few percent of T. Every knot is a measured count, so every hat has a point at its peak. */
+ * each. A profile of serving steps has nearly every count from 1 to the token budget: its knots
+ * are the counts whose rows stand for at least KNOT_MIN_STEPS measured steps, spaced evenly in
+ * log T (the smallest rho that keeps at most MAX_KNOTS, found by bisection), so the small counts,
+ * where the engine changes kernel path (the weight-streaming GEMM up to 8 rows), stay knots one by
+ * one, and above them there is a knot every few percent of T. Every knot is a measured count, so
+ * every hat has a point at its peak. */
 static void place_knots(profile_model *pm, const point *pts, int32_t n)
 {
-    double *t = xmalloc((size_t)n * sizeof *t);
-    for (int32_t i = 0; i < n; i++) t[i] = tokens_of(&pts[i].s);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    token_count *c = xmalloc((size_t)n * sizeof *c);
+    for (int32_t i = 0; i < n; i++) c[i] = (token_count){tokens_of(&pts[i].s), pts[i].repeats};
+    qsort(c, (size_t)n, sizeof *c, cmp_token_count);
     int32_t m = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (m == 0 || t[i] != t[m - 1]) t[m++] = t[i];
+    for (int32_t i = 0; i < n; i++) {
+        if (m && c[i].t == c[m - 1].t) c[m - 1].steps += c[i].steps;
+        else c[m++] = c[i];
+    }
+    double *t = xmalloc((size_t)m * sizeof *t);
+    int32_t k = 0;
+    for (int32_t i = 0; i < m; i++)
+        if (m <= MAX_KNOTS || c[i].steps >= KNOT_MIN_STEPS || i == 0 || i == m - 1) t[k++] = c[i].t;
+    m = k;
+    free(c);
     double rho = 0;
     if (m > MAX_KNOTS) {
         double lo = 0, hi = t[m - 1] / t[0]; /* hi keeps the two ends only */
@@ -519,24 +540,57 @@ static int fit(profile_model *pm, const point *pts, int32_t n, terr *e)
     return rc;
 }
 
-/* Parses text (into lines) and fits it into pm, whose path names it in errors. */
+/* A row is an outlier of the first fit when it is a single measured step (a median of several
+ * is not an odd one) and its relative error exceeds both OUTLIER_MIN and OUTLIER_MEDIANS times
+ * the median row's. */
+#define OUTLIER_MIN 0.25
+#define OUTLIER_MEDIANS 10
+
+/* The median of a[0..n-1] (sorted in place), n > 0. */
+static double median_of(double *a, int32_t n)
+{
+    qsort(a, (size_t)n, sizeof *a, cmp_double);
+    return n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2;
+}
+
+/* Places the knots and fits pts (GSL's errors come back as codes). */
+static int fit_points(profile_model *pm, const point *pts, int32_t n, terr *e)
+{
+    place_knots(pm, pts, n);
+    gsl_error_handler_t *handler = gsl_set_error_handler_off();
+    int rc = fit(pm, pts, n, e);
+    gsl_set_error_handler(handler);
+    return rc;
+}
+
+/* Parses text (into lines) and fits it into pm, whose path names it in errors; then fits once
+ * more without the first fit's outliers. A serving run holds the odd step that took far longer
+ * than its shape says (on an H100, 16 of Llama-2-7B's 16,023 steps at --max-num-seqs 16 took
+ * 17-23 ms where the grid puts their shapes at 7-14): rare, and a knot needs several steps
+ * (KNOT_MIN_STEPS), but where a count has many rows such a step still pulls G there. */
 static int fit_text(profile_model *pm, char *text, terr *e)
 {
     point *pts = NULL;
     int32_t n = 0;
     int rc = read_profile(pm, pm->path, text, &pts, &n, e);
+    if (!rc) rc = fit_points(pm, pts, n, e);
+    double *err = rc ? NULL : xmalloc((size_t)n * sizeof *err);
+    int32_t kept = n;
     if (!rc) {
-        place_knots(pm, pts, n);
+        for (int32_t i = 0; i < n; i++) err[i] = fabs(predict_ms(pm, &pts[i].s, NULL) / pts[i].ms - 1);
+        double *sorted = xmalloc((size_t)n * sizeof *sorted);
+        memcpy(sorted, err, (size_t)n * sizeof *err);
+        double cut = fmax(OUTLIER_MIN, OUTLIER_MEDIANS * median_of(sorted, n));
+        free(sorted);
+        kept = 0;
+        for (int32_t i = 0; i < n; i++) /* the kept rows first, in file order */
+            if (err[i] <= cut || pts[i].repeats > 1) pts[kept++] = pts[i];
+        if (kept < n && kept >= PROFILE_MIN_POINTS) rc = fit_points(pm, pts, kept, e);
+        else kept = n; /* none, or too few left to fit: the first fit stands */
     }
     if (!rc) {
-        gsl_error_handler_t *handler = gsl_set_error_handler_off(); /* errors come back as codes */
-        rc = fit(pm, pts, n, e);
-        gsl_set_error_handler(handler);
-    }
-    if (!rc) {
-        pm->num_points = n;
-        double *err = xmalloc((size_t)n * sizeof *err);
-        for (int32_t i = 0; i < n; i++) {
+        pm->num_points = n, pm->outliers = n - kept;
+        for (int32_t i = 0; i < kept; i++) {
             const step_shape *s = &pts[i].s;
             err[i] = fabs(predict_ms(pm, s, NULL) / pts[i].ms - 1);
             pm->max_decode_keys = fmax(pm->max_decode_keys, (double)s->decode_keys);
@@ -544,10 +598,9 @@ static int fit_text(profile_model *pm, char *text, terr *e)
             pm->max_prefill_keys = fmax(pm->max_prefill_keys, (double)s->prefill_keys);
             pm->fit_max_abs_error = fmax(pm->fit_max_abs_error, err[i]);
         }
-        qsort(err, (size_t)n, sizeof *err, cmp_double);
-        pm->fit_median_abs_error = n % 2 ? err[n / 2] : (err[n / 2 - 1] + err[n / 2]) / 2;
-        free(err);
+        pm->fit_median_abs_error = median_of(err, kept);
     }
+    free(err);
     free(pts);
     return rc;
 }
@@ -641,6 +694,7 @@ static json_t *profile_report(void *self)
                           pm->block_size, "forced", pm->forced, "points", pm->num_points, "fit_median_abs_error",
                           pm->fit_median_abs_error, "fit_max_abs_error", pm->fit_max_abs_error, "steps",
                           (json_int_t)pm->steps, "extrapolated_steps", (json_int_t)pm->extrapolated);
+    json_object_set_new(o, "outlier_points", json_integer(pm->outliers));
     json_object_set_new(o, "heat_alpha", json_real(pm->heat_alpha));
     if (pm->forced) json_object_set_new(o, "mismatch", json_string(pm->mismatch));
     json_t *c = json_object();
