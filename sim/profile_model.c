@@ -582,11 +582,19 @@ static int fit_text(profile_model *pm, char *text, terr *e)
         memcpy(sorted, err, (size_t)n * sizeof *err);
         double cut = fmax(OUTLIER_MIN, OUTLIER_MEDIANS * median_of(sorted, n));
         free(sorted);
-        kept = 0;
-        for (int32_t i = 0; i < n; i++) /* the kept rows first, in file order */
-            if (err[i] <= cut || pts[i].repeats > 1) pts[kept++] = pts[i];
-        if (kept < n && kept >= PROFILE_MIN_POINTS) rc = fit_points(pm, pts, kept, e);
-        else kept = n; /* none, or too few left to fit: the first fit stands */
+        point *keep = xmalloc((size_t)n * sizeof *keep);
+        int32_t k = 0;
+        for (int32_t i = 0; i < n; i++) /* in file order */
+            if (err[i] <= cut || pts[i].repeats > 1) keep[k++] = pts[i];
+        profile_model first = *pm;
+        terr refit = {{0}};
+        if (k < n && k >= PROFILE_MIN_POINTS && !fit_points(pm, keep, k, &refit)) {
+            point *t = pts;
+            pts = keep, keep = t, kept = k;
+        } else {
+            *pm = first; /* no outlier, or the rest does not determine a fit: the first fit stands */
+        }
+        free(keep);
     }
     if (!rc) {
         pm->num_points = n, pm->outliers = n - kept;
