@@ -354,8 +354,9 @@ START_TEST(test_profile_knot_needs_three_serving_steps)
     void *m = open_serving_profile(dir, 450, 1, 1.2, true, &report);
     step_shape s = decode_shape(450, 1700);
     double got = (double)profile_cost_model.step_ns(m, &s) / 1e6;
-    ck_assert_msg(fabs(got / law_ms(&s) - 1) < 0.03, "450 decodes at 1700: %.4f ms, the law says %.4f (the one "
-                  "step of 450 took 1.2x)", got, law_ms(&s));
+    ck_assert_msg(fabs(got / law_ms(&s) - 1) < 0.03,
+                  "450 decodes at 1700: %.4f ms, the law says %.4f (the one step of 450 took 1.2x)", got,
+                  law_ms(&s));
     json_decref(report);
     profile_cost_model.destroy(m);
     rm_tree(dir);
@@ -605,7 +606,8 @@ START_TEST(test_profile_row_counts_as_its_repeats)
 {
     char *dir = make_temp_dir("repprof"), path[4200];
     const int repeats[] = {1, 99};
-    const double want[] = {(0.1 + 12 / 144.0) / (0.01 + 1 / 144.0), (0.1 + 99 * 12 / 144.0) / (0.01 + 99 / 144.0)};
+    const double want[] = {(0.1 + 12 / 144.0) / (0.01 + 1 / 144.0),
+                           (0.1 + 99 * 12 / 144.0) / (0.01 + 99 / 144.0)};
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof path, "%s/rep%d.csv", dir, k);
         FILE *f = fopen(path, "w");
@@ -622,8 +624,9 @@ START_TEST(test_profile_row_counts_as_its_repeats)
         fclose(f);
         void *m = open_profile(path);
         double got = (double)profile_cost_model.step_ns(m, &x) / 1e6;
-        ck_assert_msg(fabs(got - want[k]) < 0.01, "10 ms once and 12 ms %d times: predicted %.4f ms, want %.4f",
-                      repeats[k], got, want[k]);
+        ck_assert_msg(fabs(got - want[k]) < 0.01,
+                      "10 ms once and 12 ms %d times: predicted %.4f ms, want %.4f", repeats[k], got,
+                      want[k]);
         profile_cost_model.destroy(m);
     }
     rm_tree(dir);
