@@ -27,8 +27,11 @@
  * Each point is a batch of made-up requests whose block tables come from a block manager over
  * the engine's own KV cache, handed to the same executor `tandem run` uses (CUDA graphs and
  * all; the free blocks shuffled first, as a running server's are), `--warmup` times untimed and
- * `--repeats` times timed; the file keeps the median, the
- * 10th and 90th percentiles, min and max. A GPU point runs untimed for --settle-ms first, so that
+ * `--repeats` times timed, in each of `--passes` passes over the whole grid; the file keeps the
+ * median, the 10th and 90th percentiles, min and max of all of a point's timed steps (`repeats`
+ * = passes x repeats). On a busy CPU a burst of another process's work slows whatever runs
+ * during it: in one pass, a run of neighbouring points, all their steps; over passes, one
+ * pass of each, which the median leaves out. A GPU point runs untimed for --settle-ms first, so that
  * it is timed at the clocks a stream of such steps runs at. The context's KV is whatever the cache
  * holds: values, since the CUDA engine opens with its cache filled (reading zeros draws less
  * power, and ran large decodes 1.5-3.5% and mixed steps up to 8% faster).
@@ -84,7 +87,7 @@
 typedef struct profile_options {
     serving_options serving;
     engine_flags engine;
-    int64_t repeats, warmup, settle_ms;
+    int64_t repeats, warmup, settle_ms, passes;
     bool force_gpu;
     char *profile_out;
 } profile_options;
@@ -94,6 +97,9 @@ static const opt_spec profile_own_specs[] = {
     {"out", OPT_STR, O(profile_out), "", "profile file to write (required)"},
     {"repeats", OPT_I64, O(repeats), "5", "timed steps per grid point"},
     {"warmup", OPT_I64, O(warmup), "2", "untimed steps per grid point before them"},
+    {"passes", OPT_I64, O(passes), "1",
+     "times the whole grid is measured, each point's warmup and repeats in every pass; its row is over all "
+     "passes' timed steps (a busy CPU's burst then spoils one pass of a point, not all its steps)"},
     {"settle-ms", OPT_I64, O(settle_ms), "-1",
      "and untimed steps until this much step time has passed (-1: 300 on the cuda backend, 0 on cpu)"},
     {"force-gpu", OPT_BOOL, O(force_gpu), "false",
@@ -337,11 +343,12 @@ static void point_release(executor ex, kv_manager *kv, request *reqs, int32_t k)
     }
 }
 
-/* Builds p's batch, runs it warmup + repeats times, and frees its blocks. With the kernel trace
- * on, settles the point's steps at its end (a forced flush, outside every timed step) and takes
- * the timed steps' kernel figures. */
+/* Builds p's batch, runs it warmup + repeats times, adds the timed steps' ms to s and their
+ * statistics so far to m, and frees its blocks. With the kernel trace on, settles the point's
+ * steps at its end (a forced flush, outside every timed step) and takes the timed steps' kernel
+ * figures. */
 static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const grid_point *p, int64_t warmup,
-                   int64_t settle_ms, int64_t repeats, step_shape *shape, measured *m, terr *e)
+                   int64_t settle_ms, int64_t repeats, step_shape *shape, samples *sp, measured *m, terr *e)
 {
     kernel_log log = {0};
     bool traced = ex.ops->measures_kernels && ex.ops->measures_kernels(ex.self);
@@ -349,7 +356,7 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
     int rc = point_build(kv, reqs, b, p, &k, e);
     if (!rc) {
         *shape = batch_shape(b);
-        samples s = {0};
+        samples *s = sp;
         int64_t settled_ns = 0;
         for (int64_t i = 0; (i < warmup || settled_ns < settle_ms * 1000000) && !rc; i++) {
             step_result out = {0};
@@ -359,12 +366,12 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
         for (int64_t i = 0; i < repeats && !rc; i++) {
             step_result out = {0};
             rc = run_step(ex, b, &log, &out, e);
-            if (!rc) samples_add(&s, (double)out.duration_ns / 1e6);
+            if (!rc) samples_add(s, (double)out.duration_ns / 1e6);
         }
         if (!rc) {
-            *m = (measured){.median = samples_percentile(&s, 50), .p10 = samples_percentile(&s, 10),
-                            .p90 = samples_percentile(&s, 90), .min = samples_percentile(&s, 0),
-                            .max = samples_percentile(&s, 100)};
+            *m = (measured){.median = samples_percentile(s, 50), .p10 = samples_percentile(s, 10),
+                            .p90 = samples_percentile(s, 90), .min = samples_percentile(s, 0),
+                            .max = samples_percentile(s, 100)};
         }
         if (!rc && traced) {
             const step_kernel_time *late;
@@ -376,7 +383,6 @@ static int measure(executor ex, kv_manager *kv, request *reqs, batch *b, const g
                               log.n);
             if (!rc) kernel_medians(&log, repeats, m);
         }
-        samples_free(&s);
     }
     point_release(ex, kv, reqs, k);
     free(log.k), free(log.duration_ns);
@@ -507,8 +513,8 @@ static void write_header(FILE *f, const profile_options *o, const serving_setup 
     fprintf(f, "# max_num_batched_tokens: %d\n", g->max_tokens);
     fprintf(f, "# max_model_len: %d\n", g->max_len);
     fprintf(f, "# weight_seed: %lld\n", (long long)o->engine.weight_seed);
-    fprintf(f, "# repeats: %lld\n# warmup: %lld\n# settle_ms: %lld\n", (long long)o->repeats, (long long)o->warmup,
-            (long long)o->settle_ms);
+    fprintf(f, "# repeats: %lld\n# warmup: %lld\n# settle_ms: %lld\n# passes: %lld\n", (long long)o->repeats,
+            (long long)o->warmup, (long long)o->settle_ms, (long long)o->passes);
     fprintf(f, "# tandem: %s\n", tandem_version);
     fprintf(f, "# date: %s\n", date);
     fprintf(f, "# command: tandem");
@@ -560,6 +566,7 @@ int profile_main(int argc, char **argv)
     bool kv_ready = false;
     request *reqs = NULL;
     batch b = {0};
+    samples *timed = NULL; /* (g.n): each point's timed steps over the passes, in ms */
     FILE *f = NULL, *kf = NULL, *hf = NULL;
     out_atomic out = {0}, kout = {0}, hout = {0};
     char kpath[4200] = "", hpath[4200] = "";
@@ -583,6 +590,15 @@ int profile_main(int argc, char **argv)
     }
     if (o.warmup < 0 || o.warmup > 1000) {
         terr_set(&e, "--warmup %lld: must be in [0, 1000]", (long long)o.warmup);
+        goto fail;
+    }
+    if (o.passes < 1 || o.passes > 100) {
+        terr_set(&e, "--passes %lld: must be in [1, 100]", (long long)o.passes);
+        goto fail;
+    }
+    if (o.passes > 1 && o.engine.kernel_trace) {
+        terr_set(&e, "--passes %lld: the kernel trace takes one pass (its medians are of one point's steps in a row)",
+                 (long long)o.passes);
         goto fail;
     }
     if (o.settle_ms < -1 || o.settle_ms > 60000) {
@@ -630,10 +646,24 @@ int profile_main(int argc, char **argv)
         for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%s_ms", kernel_kind_names[j]);
         fprintf(kf, ",gap_ms\n");
     }
+    /* every pass over the whole grid, in the same order; a point's row is written after the last */
+    timed = xcalloc(g.n ? g.n : 1, sizeof *timed);
+    for (int64_t pass = 0; pass < o.passes - 1; pass++)
+        for (size_t i = 0; i < g.n; i++) {
+            step_shape s = {0};
+            measured m = {0};
+            if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.settle_ms, o.repeats, &s, &timed[i], &m, &e)) {
+                code = 1;
+                goto fail;
+            }
+            if (!o.serving.quiet && isatty(fileno(stderr)))
+                fprintf(stderr, "\rprofile: pass %lld of %lld, %zu/%zu points", (long long)pass + 1,
+                        (long long)o.passes, i + 1, g.n);
+        }
     for (size_t i = 0; i < g.n; i++) {
         step_shape s = {0};
         measured m = {0};
-        if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.settle_ms, o.repeats, &s, &m, &e)) {
+        if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.settle_ms, o.repeats, &s, &timed[i], &m, &e)) {
             code = 1;
             goto fail;
         }
@@ -641,7 +671,8 @@ int profile_main(int argc, char **argv)
                 s.num_prefill_seqs, s.num_decode_seqs, s.num_emitting, (long long)s.prefill_tokens,
                 (long long)s.decode_tokens, (long long)s.padding_tokens, (long long)s.prefill_pairs2,
                 (long long)s.prefill_keys,
-                (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys, (long long)o.repeats, m.median, m.p10,
+                (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys, (long long)(o.passes * o.repeats),
+                m.median, m.p10,
                 m.p90, m.min, m.max);
         if (kf) {
             fprintf(kf, "%s,%d,%d,%lld,%lld,%lld,%lld,%d,%.4f,%.4f,%.4f", g.p[i].kind, s.num_prefill_seqs,
@@ -714,6 +745,8 @@ done:
         for (int32_t i = 0; i <= g.max_seqs; i++) request_free_buffers(&reqs[i]);
     free(reqs);
     if (kv_ready) kv_destroy(&kv);
+    for (size_t i = 0; timed && i < g.n; i++) samples_free(&timed[i]);
+    free(timed);
     free(g.p);
     if (ex.ops) ex.ops->destroy(ex.self);
     if (opened) engine_close(&eng);

@@ -40,11 +40,14 @@ static double num(json_t *o, const char *key)
     return json_number_value(v);
 }
 
-/* Profiles the tiny model on the CPU engine into `profile`. */
+/* Profiles the tiny model on the CPU engine into `profile`: three passes over the grid, one timed
+ * step a point each, so that a burst of the machine's other work spoils one pass of a point and
+ * not its median (measured back to back instead, a 1.5 s burst of three busy processes put the
+ * simulated duration anywhere from 0.45x to 3.4x the undisturbed 1.4 s). */
 static void measure_profile(void)
 {
-    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "3",
-                           "--out", profile, "--quiet", NULL);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "1",
+                           "--warmup", "1", "--passes", "3", "--out", profile, "--quiet", NULL);
     ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
     cli_result_free(&r);
 }
@@ -68,7 +71,8 @@ START_TEST(profile_file_has_provenance_and_every_kind_of_step)
     char *text = slurp(profile, NULL);
     ck_assert_msg(text, "no profile written");
     const char *want[] = {"# tandem profile 2\n", "# model: tiny-llama2\n", "# gpu: h200\n", "# backend: cpu\n",
-                          "# block_size: 16\n", "# settle_ms: 0\n", "# tandem: ", "# date: ", "# command: tandem profile",
+                          "# block_size: 16\n", "# settle_ms: 0\n", "# passes: 3\n", "# tandem: ", "# date: ",
+                          "# command: tandem profile",
                           "\nkind,num_prefill_seqs,", "\nprefill,", "\ndecode,", "\nmixed,"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]), "the profile lacks \"%s\":\n%.600s", want[i], text);
@@ -95,6 +99,46 @@ END_TEST
  * kernels). With a budget of two prompts, the grid has an offline batch's mixed step: prompts of
  * 512 filling the budget beside the decodes; and a server's skewed decode step: seven at half
  * max_model_len, one at the longest (its grid sized by that one). */
+/* --passes N measures the whole grid N times: a row is over every pass's timed steps (its
+ * repeats are passes x repeats); out of range, or with the kernel trace (whose medians are of a
+ * point's steps in a row), the flag is named. */
+START_TEST(passes_measure_the_grid_again)
+{
+    char out[4300];
+    snprintf(out, sizeof out, "%s/passes.csv", dir);
+    cli_result r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--repeats", "2",
+                           "--warmup", "0", "--passes", "2", "--out", out, "--quiet", NULL);
+    ck_assert_msg(r.exit_code == 0, "profile: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(out, NULL);
+    ck_assert_msg(text && strstr(text, "# repeats: 2\n") && strstr(text, "# passes: 2\n"),
+                  "the header does not record --repeats 2 --passes 2");
+    int rows = 0, four = 0;
+    for (char *line = strchr(text, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        if (line[1] == '#' || !strncmp(line + 1, "kind,", 5)) continue;
+        int repeats = 0;
+        ck_assert_msg(sscanf(line + 1, "%*[^,],%*d,%*d,%*d,%*d,%*d,%*d,%*d,%*d,%*d,%*d,%*d,%d", &repeats) == 1,
+                      "unreadable row: %.80s", line + 1);
+        rows++, four += repeats == 4;
+    }
+    ck_assert_msg(rows >= 20 && four == rows, "%d of %d rows hold 2 passes x 2 repeats", four, rows);
+    free(text);
+    const char *bad[][2] = {{"0", "--passes 0: must be in [1, 100]"}, {"101", "--passes 101: must be in [1, 100]"}};
+    for (size_t i = 0; i < 2; i++) {
+        r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--passes", bad[i][0],
+                    "--out", out, NULL);
+        ck_assert_msg(r.exit_code == 2 && strstr(r.err, bad[i][1]), "--passes %s: exit %d, \"%s\"", bad[i][0],
+                      r.exit_code, r.err);
+        cli_result_free(&r);
+    }
+    r = run_cli("profile", "--model", "synthetic:tiny-llama2", "--backend", "cpu", BUDGETS, "--passes", "2",
+                "--kernel-trace", "--out", out, NULL);
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "--passes 2: the kernel trace takes one pass"),
+                  "--passes 2 --kernel-trace: exit %d, \"%s\"", r.exit_code, r.err);
+    cli_result_free(&r);
+}
+END_TEST
+
 START_TEST(settle_runs_each_point_untimed_first)
 {
     char out[4300];
@@ -819,6 +863,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, profile_file_has_provenance_and_every_kind_of_step);
     tcase_add_test(tc, settle_runs_each_point_untimed_first);
+    tcase_add_test(tc, passes_measure_the_grid_again);
     tcase_add_test(tc, padded_prompts_stay_within_max_model_len);
     tcase_add_test(tc, a_profile_of_another_gpu_is_refused_unless_forced);
     tcase_add_test(tc, gpu_auto_is_the_device_or_asks_for_a_row);
