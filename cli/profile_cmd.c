@@ -648,7 +648,7 @@ int profile_main(int argc, char **argv)
     }
     /* every pass over the whole grid, in the same order; a point's row is written after the last */
     timed = xcalloc(g.n ? g.n : 1, sizeof *timed);
-    for (int64_t pass = 0; pass < o.passes - 1; pass++)
+    for (int64_t pass = 0; pass < o.passes; pass++)
         for (size_t i = 0; i < g.n; i++) {
             step_shape s = {0};
             measured m = {0};
@@ -659,31 +659,21 @@ int profile_main(int argc, char **argv)
             if (!o.serving.quiet && isatty(fileno(stderr)))
                 fprintf(stderr, "\rprofile: pass %lld of %lld, %zu/%zu points", (long long)pass + 1,
                         (long long)o.passes, i + 1, g.n);
+            if (pass < o.passes - 1) continue;
+            fprintf(f, "%s,%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f\n",
+                    g.p[i].kind, s.num_prefill_seqs, s.num_decode_seqs, s.num_emitting, (long long)s.prefill_tokens,
+                    (long long)s.decode_tokens, (long long)s.padding_tokens, (long long)s.prefill_pairs2,
+                    (long long)s.prefill_keys, (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys,
+                    (long long)(o.passes * o.repeats), m.median, m.p10, m.p90, m.min, m.max);
+            if (kf) {
+                fprintf(kf, "%s,%d,%d,%lld,%lld,%lld,%lld,%d,%.4f,%.4f,%.4f", g.p[i].kind, s.num_prefill_seqs,
+                        s.num_decode_seqs, (long long)s.prefill_tokens, (long long)s.decode_tokens,
+                        (long long)s.padding_tokens, (long long)s.decode_keys, s.max_keys, m.median, m.kernel_ms,
+                        m.busy);
+                for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%.4f", m.kind_ms[j]);
+                fprintf(kf, ",%.4f\n", m.gap_ms);
+            }
         }
-    for (size_t i = 0; i < g.n; i++) {
-        step_shape s = {0};
-        measured m = {0};
-        if (measure(ex, &kv, reqs, &b, &g.p[i], o.warmup, o.settle_ms, o.repeats, &s, &timed[i], &m, &e)) {
-            code = 1;
-            goto fail;
-        }
-        fprintf(f, "%s,%d,%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f\n", g.p[i].kind,
-                s.num_prefill_seqs, s.num_decode_seqs, s.num_emitting, (long long)s.prefill_tokens,
-                (long long)s.decode_tokens, (long long)s.padding_tokens, (long long)s.prefill_pairs2,
-                (long long)s.prefill_keys,
-                (long long)s.decode_keys, (long long)s.decode_keys_sq, s.max_keys, (long long)(o.passes * o.repeats),
-                m.median, m.p10,
-                m.p90, m.min, m.max);
-        if (kf) {
-            fprintf(kf, "%s,%d,%d,%lld,%lld,%lld,%lld,%d,%.4f,%.4f,%.4f", g.p[i].kind, s.num_prefill_seqs,
-                    s.num_decode_seqs, (long long)s.prefill_tokens, (long long)s.decode_tokens,
-                    (long long)s.padding_tokens, (long long)s.decode_keys, s.max_keys, m.median, m.kernel_ms, m.busy);
-            for (int j = 0; j < KERNEL_NUM_KINDS; j++) fprintf(kf, ",%.4f", m.kind_ms[j]);
-            fprintf(kf, ",%.4f\n", m.gap_ms);
-        }
-        if (!o.serving.quiet && isatty(fileno(stderr)))
-            fprintf(stderr, "\rprofile: %zu/%zu points", i + 1, g.n);
-    }
     if (!o.serving.quiet && isatty(fileno(stderr))) fprintf(stderr, "\n");
     if (!strcmp(eng.ops->name, "cuda")) {
         heat_probe_result hp;
