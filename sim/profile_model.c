@@ -586,13 +586,15 @@ static int fit_text(profile_model *pm, char *text, terr *e)
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++) /* in file order */
             if (err[i] <= cut || pts[i].repeats > 1) keep[k++] = pts[i];
-        profile_model first = *pm;
-        terr refit = {{0}};
-        if (k < n && k >= PROFILE_MIN_POINTS && !fit_points(pm, keep, k, &refit)) {
-            point *t = pts;
-            pts = keep, keep = t, kept = k;
-        } else {
-            *pm = first; /* no outlier, or the rest does not determine a fit: the first fit stands */
+        if (k < n && k >= PROFILE_MIN_POINTS) {
+            profile_model first = *pm;
+            terr refit = {{0}};
+            if (!fit_points(pm, keep, k, &refit)) {
+                point *t = pts;
+                pts = keep, keep = t, kept = k;
+            } else {
+                *pm = first; /* the rest does not determine a fit: the first one stands */
+            }
         }
         free(keep);
     }
